@@ -1,0 +1,64 @@
+"""The check registry. A check is a module with one entry point, `run(options) -> CheckResult`.
+
+Check modules are imported only when they run, inside the cell's own environment, so the
+harness itself never needs torch or transformers.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..results import CheckResult
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    module: str
+    summary: str
+    backends: tuple[str, ...] = ("fsdp", "megatron")
+    timeout: float = 600.0  # seconds; a cell's own timeout overrides it
+
+
+CHECKS: dict[str, CheckSpec] = {
+    spec.name: spec
+    for spec in (
+        CheckSpec("stack-smoke", "harness.checks.stack_smoke",
+                  "builds a tiny Qwen3.5 text model from a config and runs forward and backward", timeout=300),
+        CheckSpec("patch-parity", "harness.checks.patch_parity",
+                  "every applicable patch gives the stock numbers; packed equals unpacked", ("fsdp",)),
+        CheckSpec("offload-regression", "harness.checks.offload_regression",
+                  "vision position embedding under FSDP2 CPU offload: upstream and trainer verdicts", ("fsdp",)),
+        CheckSpec("nested-chunking", "harness.checks.nested_chunking",
+                  "jagged mRoPE position ids survive micro-batch chunking", ("fsdp", "megatron")),
+        CheckSpec("grpo-convergence", "harness.checks.grpo_convergence",
+                  "a short GRPO run raises the reward and follows the reference curve", timeout=900),
+    )
+}
+
+
+@dataclass
+class CheckOptions:
+    """Options every check accepts where they make sense."""
+
+    model: str = "text"
+    backend: str = "fsdp"
+    seed: int = 0
+    steps: int | None = None
+    model_config: Path | None = None
+    work_dir: Path = field(default_factory=lambda: Path("."))  # where a check may write artifacts
+
+
+def unknown_checks(names: list[str]) -> list[str]:
+    return [n for n in names if n not in CHECKS]
+
+
+def load(name: str):
+    """The module of check `name`; KeyError for an unknown name."""
+    return importlib.import_module(CHECKS[name].module)
+
+
+def run_in_process(name: str, options: CheckOptions) -> CheckResult:
+    """Run one check here and now; the caller turns exceptions into a status (see runner)."""
+    return load(name).run(options)

@@ -1,0 +1,30 @@
+"""User-facing errors, each with its own exit status. Tracebacks only with HARNESS_DEBUG=1."""
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    exit_code = 1
+
+
+class InputError(HarnessError):
+    """Bad input: a malformed matrix file, an unknown axis, key, check or version; exit 2."""
+
+    exit_code = 2
+
+
+class EnvironmentMissing(HarnessError):
+    """The machine lacks what was asked for (an accelerator, a tool); exit 3."""
+
+    exit_code = 3
+
+
+class ResultsError(HarnessError):
+    """A report directory holds nothing readable, or a result file is unusable; exit 4."""
+
+    exit_code = 4
+
+
+class NewFailures(HarnessError):
+    """Raised by `report --fail-on-new` when a run has new failures; exit 5."""
+
+    exit_code = 5

@@ -1,0 +1,159 @@
+"""Result records: one `Status` enum, one `CheckResult`, one `CellResult`, and atomic writes.
+
+Everything the harness reports is built from these records; the JSON files under a report
+directory are their `to_dict()` form, tagged with `SCHEMA_VERSION`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    AFFECTED = "affected"  # a known upstream bug reproduced: evidence, not a harness failure
+    SKIP = "skip"
+    XFAIL = "xfail"  # failed, and declared as a known failure in the matrix file
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+    ERROR = "error"
+
+    @property
+    def is_failure(self) -> bool:
+        """True where a person must act: the check found a problem or did not finish."""
+        return self in (Status.FAIL, Status.TIMEOUT, Status.CRASH, Status.ERROR)
+
+
+@dataclass
+class Verdict:
+    """One named sub-result of a check (for example the upstream and trainer offload verdicts)."""
+
+    name: str
+    status: Status
+    message: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    emulated: bool = False  # the verdict comes from an emulation, not real hardware
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status.value, "message": self.message,
+                "metrics": self.metrics, "emulated": self.emulated}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        return cls(name=str(data["name"]), status=Status(data["status"]), message=str(data.get("message", "")),
+                   metrics=dict(data.get("metrics") or {}), emulated=bool(data.get("emulated", False)))
+
+
+@dataclass
+class CheckResult:
+    """What one check found in one cell: a status, the numbers behind it, and where its log is."""
+
+    check: str
+    status: Status
+    message: str = ""
+    duration: float = 0.0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    verdicts: list[Verdict] = field(default_factory=list)
+    log: str | None = None  # relative to the report directory
+    known_failure: dict[str, Any] | None = None  # the matrix entry that turned a failure into xfail
+    original_status: Status | None = None  # the status before a known failure was applied
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["status"] = self.status.value
+        data["original_status"] = self.original_status.value if self.original_status else None
+        data["verdicts"] = [v.to_dict() for v in self.verdicts]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckResult:
+        original = data.get("original_status")
+        return cls(
+            check=str(data["check"]),
+            status=Status(data["status"]),
+            message=str(data.get("message", "")),
+            duration=float(data.get("duration", 0.0)),
+            metrics=dict(data.get("metrics") or {}),
+            verdicts=[Verdict.from_dict(v) for v in data.get("verdicts") or []],
+            log=data.get("log"),
+            known_failure=data.get("known_failure"),
+            original_status=Status(original) if original else None,
+        )
+
+
+@dataclass
+class CellResult:
+    """Everything recorded for one matrix cell: its axes, environment, lock and check results."""
+
+    matrix: str
+    cell_id: str
+    axes: dict[str, str]
+    tags: list[str] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
+    lock: str | None = None  # relative to the report directory
+    setup_log: str | None = None
+    started: str = ""
+    finished: str = ""
+    duration: float = 0.0
+
+    def check(self, name: str) -> CheckResult | None:
+        return next((c for c in self.checks if c.check == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["checks"] = [c.to_dict() for c in self.checks]
+        return {"schema_version": SCHEMA_VERSION, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CellResult:
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"schema_version {version!r}, expected {SCHEMA_VERSION}")
+        return cls(
+            matrix=str(data["matrix"]),
+            cell_id=str(data["cell_id"]),
+            axes={str(k): str(v) for k, v in dict(data["axes"]).items()},
+            tags=[str(t) for t in data.get("tags") or []],
+            checks=[CheckResult.from_dict(c) for c in data.get("checks") or []],
+            environment=dict(data.get("environment") or {}),
+            lock=data.get("lock"),
+            setup_log=data.get("setup_log"),
+            started=str(data.get("started", "")),
+            finished=str(data.get("finished", "")),
+            duration=float(data.get("duration", 0.0)),
+        )
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader sees the old file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1, sort_keys=False)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_cell(path: Path) -> CellResult:
+    """Read one cell file; raises ValueError naming the file when it is corrupt."""
+    try:
+        return CellResult.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable cell result ({exc})") from exc

@@ -1,0 +1,148 @@
+"""The patch protocol: a patch names its target symbol and the versions it applies to.
+
+A patch replaces one attribute (a function, a method, a class attribute) at a dotted target
+such as ``transformers.models.qwen3_5.modeling_qwen3_5:Qwen3_5VisionModel.fast_pos_embed_interpolate``.
+It can be applied and removed cleanly, and when its target is absent or its version range does
+not include the installed package, it says so (`NotApplicable`) instead of silently doing nothing.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+
+class NotApplicable(RuntimeError):
+    """The patch does not apply to the installed versions (reason in the message)."""
+
+
+class TargetMissing(NotApplicable):
+    """The symbol the patch targets does not exist in the installed package (renamed or removed)."""
+
+
+def installed_version(distribution: str) -> Version | None:
+    try:
+        return Version(importlib.metadata.version(distribution))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def split_target(target: str) -> tuple[str, list[str]]:
+    module, _, attrs = target.partition(":")
+    if not module or not attrs:
+        raise ValueError(f"patch target {target!r} must look like 'package.module:Object.attribute'")
+    return module, attrs.split(".")
+
+
+def resolve(target: str) -> tuple[Any, str]:
+    """Import the target's module; return (owner object, attribute name). Raises TargetMissing."""
+    module_name, attrs = split_target(target)
+    try:
+        owner: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TargetMissing(f"{target}: module {module_name} cannot be imported ({exc})") from exc
+    for attr in attrs[:-1]:
+        if not hasattr(owner, attr):
+            raise TargetMissing(f"{target}: {attr} not found in {module_name}")
+        owner = getattr(owner, attr)
+    if not hasattr(owner, attrs[-1]):
+        raise TargetMissing(f"{target}: {attrs[-1]} not found")
+    return owner, attrs[-1]
+
+
+def exists_statically(target: str) -> tuple[bool, str]:
+    """Whether `target` is defined in its module's source, read without importing it.
+
+    For packages that cannot be imported on this machine (torch_npu without CANN, CUDA-only
+    vLLM): finds the module file from the installed distribution and walks its syntax tree.
+    Only classes, functions and top-level assignments are seen; enough for a rename audit.
+    """
+    module_name, attrs = split_target(target)
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError) as exc:
+        return False, f"{target}: module {module_name} not found ({exc})"
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return False, f"{target}: no Python source for {module_name}"
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    body: list[ast.stmt] = tree.body
+    for attr in attrs:
+        found = None
+        for node in body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
+                found = node
+            elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == attr for t in node.targets):
+                found = node
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == attr:
+                found = node
+            elif isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == attr for a in node.names):
+                found = node
+        if found is None:
+            return False, f"{target}: {attr} not defined in {spec.origin.rsplit('/', 1)[-1]}"
+        body = getattr(found, "body", [])
+    return True, f"{target}: found"
+
+
+@dataclass
+class Patch:
+    """One replacement of one target, gated on one distribution's version range."""
+
+    name: str
+    target: str
+    replacement: Callable[..., Any] | Any
+    distribution: str = "transformers"
+    versions: SpecifierSet = field(default_factory=SpecifierSet)
+    description: str = ""
+    _saved: list[tuple[Any, str, Any]] = field(default_factory=list, repr=False)
+
+    def check_applicable(self) -> None:
+        """Raise NotApplicable (or TargetMissing) with the reason when the patch cannot apply."""
+        version = installed_version(self.distribution)
+        if version is None:
+            raise NotApplicable(f"{self.name}: {self.distribution} is not installed")
+        if not self.versions.contains(version, prereleases=True):
+            raise NotApplicable(
+                f"{self.name}: not applicable to {self.distribution} {version} (applies to {self.versions})")
+        resolve(self.target)
+
+    def applicable(self) -> tuple[bool, str]:
+        try:
+            self.check_applicable()
+        except NotApplicable as exc:
+            return False, str(exc)
+        return True, f"{self.name}: applies to {self.distribution} {installed_version(self.distribution)}"
+
+    @property
+    def applied(self) -> bool:
+        return bool(self._saved)
+
+    def apply(self) -> None:
+        if self.applied:
+            return
+        self.check_applicable()
+        owner, attr = resolve(self.target)
+        # Keep the raw class attribute (a staticmethod stays a staticmethod when restored).
+        original = owner.__dict__[attr] if isinstance(owner, type) and attr in owner.__dict__ else getattr(owner, attr)
+        self._saved.append((owner, attr, original))
+        setattr(owner, attr, self.replacement)
+
+    def remove(self) -> None:
+        while self._saved:
+            owner, attr, original = self._saved.pop()
+            setattr(owner, attr, original)
+
+    @contextlib.contextmanager
+    def applied_context(self) -> Iterator[Patch]:
+        self.apply()
+        try:
+            yield self
+        finally:
+            self.remove()
