@@ -155,5 +155,5 @@ def load_cell(path: Path) -> CellResult:
     """Read one cell file; raises ValueError naming the file when it is corrupt."""
     try:
         return CellResult.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{path}: not a readable cell result ({exc})") from exc

@@ -6,6 +6,8 @@ harness itself never needs torch or transformers.
 from __future__ import annotations
 
 import importlib
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +38,20 @@ CHECKS: dict[str, CheckSpec] = {
                   "a short GRPO run raises the reward and follows the reference curve", timeout=900),
     )
 }
+
+
+def _extra_checks(spec: str) -> dict[str, CheckSpec]:
+    """Checks from other modules: HARNESS_EXTRA_CHECKS="name=package.module,..." (validated names only)."""
+    extra = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, _, module = item.partition("=")
+        if not re.fullmatch(r"[a-z][a-z0-9-]{0,40}", name) or not re.fullmatch(r"[A-Za-z_][\w.]{0,200}", module):
+            raise ValueError(f"HARNESS_EXTRA_CHECKS: {item!r} is not name=package.module")
+        extra[name] = CheckSpec(name, module, f"extra check from {module}")
+    return extra
+
+
+CHECKS.update(_extra_checks(os.environ.get("HARNESS_EXTRA_CHECKS", "")))
 
 
 @dataclass

@@ -38,7 +38,7 @@ def run(options: CheckOptions) -> CheckResult:
     metrics = {
         "qwen35_available": True,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "loss": float(output.loss),
+        "loss": float(output.loss.detach()),
         "grad_norm": grad_norm,
         "forward_backward_seconds": round(elapsed, 4),
         "layer_types": list(getattr(model.config, "layer_types", []) or []),

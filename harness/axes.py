@@ -1,0 +1,70 @@
+"""The axes a matrix may vary, and how each one appears in a cell id and a requirement.
+
+The one place that knows the axis vocabulary: matrix validation, cell ids, report rows
+and pip requirements all read it from here.
+"""
+from __future__ import annotations
+
+import re
+
+# axis -> distribution name on the package index. Values of these axes are exact versions.
+PACKAGE_AXES: dict[str, str] = {
+    "torch": "torch",
+    "torch_npu": "torch-npu",
+    "transformers": "transformers",
+    "vllm": "vllm",
+    "vllm_ascend": "vllm-ascend",
+    "tensordict": "tensordict",
+    "megatron_core": "megatron-core",
+    "mbridge": "mbridge",
+}
+
+# axis -> allowed values.
+CHOICE_AXES: dict[str, tuple[str, ...]] = {
+    "backend": ("fsdp", "megatron"),
+    "model": ("text", "vl", "moe"),
+    "device": ("cpu", "cuda", "npu"),
+}
+
+# Free-form axes: a container image reference.
+IMAGE_AXIS = "image"
+
+ALL_AXES: tuple[str, ...] = ("backend", "model", "device", IMAGE_AXIS, *PACKAGE_AXES)
+
+# Short prefixes used in cell ids, in id order (after backend and model).
+ID_PREFIX: dict[str, str] = {
+    "transformers": "tf",
+    "torch": "torch",
+    "torch_npu": "tnpu",
+    "vllm": "vllm",
+    "vllm_ascend": "vasc",
+    "tensordict": "td",
+    "megatron_core": "mcore",
+    "mbridge": "mbridge",
+}
+
+# A container image reference: registry/name:tag or @sha256 digest; no spaces, no shell syntax.
+IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:@+]{0,254}$")
+TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+def image_slug(image: str) -> str:
+    """A short, readable, filesystem-safe form of an image reference for cell ids."""
+    name = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9_.\-]", "-", name)
+
+
+def cell_id(axes: dict[str, str]) -> str:
+    """The stable, readable id of a cell, e.g. fsdp-text-tf5.3.0-torch2.13.0-td0.15.3."""
+    parts = [axes["backend"], axes["model"]]
+    parts += [f"{prefix}{axes[axis]}" for axis, prefix in ID_PREFIX.items() if axis in axes]
+    if axes.get("device", "cpu") != "cpu":
+        parts.append(axes["device"])
+    if IMAGE_AXIS in axes:
+        parts.append(f"img-{image_slug(axes[IMAGE_AXIS])}")
+    return "-".join(parts)
+
+
+def requirements(axes: dict[str, str]) -> list[str]:
+    """The cell's exact pins as requirement strings (never passed through a shell)."""
+    return [f"{dist}=={axes[axis]}" for axis, dist in PACKAGE_AXES.items() if axis in axes]

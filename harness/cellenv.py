@@ -1,0 +1,119 @@
+"""One virtual environment per cell, with exactly the cell's pins, built by uv.
+
+Environments live under an env root (default `.harness/envs`) keyed by cell id and reused
+when their pins have not changed (a warm start is a uv audit, well under a second). The project
+itself is not installed into them: checks run with the project on PYTHONPATH, so a cell holds
+exactly its pins and what they depend on (plus `packaging`, the one thing the harness imports).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import pipconfig
+from .errors import EnvironmentMissing
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+HARNESS_NEEDS = ("packaging",)
+MARKER = ".harness-env.json"
+
+
+class SetupFailed(RuntimeError):
+    """Installing a cell's environment failed; the message holds the tail of the log."""
+
+
+def uv_binary() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if not found:
+            raise EnvironmentMissing("uv not found: `pip install uv` (the harness builds cell environments with it)")
+        return found
+
+
+@dataclass(frozen=True)
+class CellEnv:
+    path: Path
+
+    @property
+    def python(self) -> Path:
+        return self.path / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+    def run_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment a check runs in: the project importable, one CPU thread."""
+        env = dict(os.environ)
+        env.pop("PYTHONHOME", None)
+        env["VIRTUAL_ENV"] = str(self.path)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+        env["PATH"] = os.pathsep.join((str(self.python.parent), env.get("PATH", "")))
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        env.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: models are built from configs
+        # torch-npu, once installed, breaks a plain `import torch` on machines without CANN.
+        env.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+        env.update(extra or {})
+        return env
+
+
+def _fingerprint(requirements: list[str], python: str) -> str:
+    return hashlib.sha256(json.dumps([sorted(requirements), python]).encode()).hexdigest()[:16]
+
+
+def _run_logged(argv: list[str], log, env: dict[str, str]) -> None:
+    log.write(f"$ {' '.join(argv)}\n".encode())
+    log.flush()
+    done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
+    if done.returncode != 0:
+        raise SetupFailed(f"`{Path(argv[0]).name} {' '.join(argv[1:3])}` exited with status {done.returncode}")
+
+
+def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
+          python: str | None = None) -> CellEnv:
+    """Create or reuse the environment of one cell; raise SetupFailed with the log's tail."""
+    python = python or sys.executable
+    env = CellEnv(Path(env_root) / cell_id)
+    wanted = {"requirements": sorted(requirements + list(HARNESS_NEEDS)),
+              "fingerprint": _fingerprint(requirements, python)}
+    uv = uv_binary()
+    uv_env = {**os.environ, **pipconfig.uv_environment()}
+    uv_env.pop("VIRTUAL_ENV", None)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        try:
+            marker = env.path / MARKER
+            fresh = not (marker.exists() and json.loads(marker.read_text()) == wanted and env.python.exists())
+            if fresh:
+                marker.unlink(missing_ok=True)
+                _run_logged([uv, "venv", "--quiet", "--clear", "--python", python, str(env.path)], log, uv_env)
+            _run_logged([uv, "pip", "install", "--python", str(env.python), *wanted["requirements"]], log, uv_env)
+            marker.write_text(json.dumps(wanted))
+        except (SetupFailed, OSError, ValueError) as exc:
+            log.flush()
+            raise SetupFailed(f"{exc}: {tail(log_path)}") from exc
+    return env
+
+
+def freeze(env: CellEnv) -> str:
+    """The resolved lock of the environment (`uv pip freeze`), for the report and for repro."""
+    done = subprocess.run([uv_binary(), "pip", "freeze", "--python", str(env.python)], capture_output=True,
+                          text=True, check=False, env={**os.environ, **pipconfig.uv_environment()})
+    if done.returncode != 0:
+        raise SetupFailed(f"uv pip freeze failed: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def tail(path: Path, lines: int = 30, max_chars: int = 4000) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])[-max_chars:]

@@ -1,0 +1,185 @@
+"""`python -m harness`: matrix list, run, check, report (and envinfo, used inside cells).
+
+Each command is a short pipeline of the steps in the other modules: load the matrix, select
+cells, validate releases, run, render. User errors print one line and exit with their own status
+(see errors.py); HARNESS_DEBUG=1 shows the traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from . import checks, devices, index, matrix, runner
+from .axes import PACKAGE_AXES
+from .errors import HarnessError, InputError
+from .results import write_json_atomic
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own usage errors: exit 2, one line
+        raise InputError(f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    ml = sub.add_parser("matrix", help="inspect matrix files").add_subparsers(dest="action", required=True,
+                                                                             parser_class=_Parser)
+    lst = ml.add_parser("list", help="list the cells of a matrix file")
+    lst.add_argument("file", type=Path)
+    lst.add_argument("--tags", nargs="+", default=None)
+    lst.add_argument("--json", action="store_true")
+
+    run = sub.add_parser("run", help="run the cells of a matrix file and write their results")
+    run.add_argument("file", type=Path)
+    run.add_argument("--cells", nargs="+", default=None, metavar="ID")
+    run.add_argument("--tags", nargs="+", default=None, metavar="TAG")
+    run.add_argument("--checks", nargs="+", default=None, metavar="NAME")
+    run.add_argument("--out", type=Path, default=None, help="default: reports/<matrix name>")
+    run.add_argument("--env-root", type=Path, default=Path(os.environ.get("HARNESS_ENV_ROOT", ".harness/envs")))
+    run.add_argument("--jobs", type=int, default=1)
+    run.add_argument("--redo", action="store_true", help="run finished cells again")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--steps", type=int, default=None)
+    run.add_argument("--timeout", type=float, default=None, help="seconds per check (default: the matrix's)")
+    run.add_argument("--no-index-check", action="store_true", help="do not ask the index whether releases exist")
+    run.add_argument("--no-report", action="store_true", help="do not render the report after the run")
+
+    chk = sub.add_parser("check", help="run one check in the current environment")
+    chk.add_argument("name")
+    chk.add_argument("--json", action="store_true")
+    chk.add_argument("--model", choices=("text", "vl", "moe"), default="text")
+    chk.add_argument("--backend", choices=("fsdp", "megatron"), default="fsdp")
+    chk.add_argument("--model-config", type=Path, default=None)
+    chk.add_argument("--seed", type=int, default=0)
+    chk.add_argument("--steps", type=int, default=None)
+    chk.add_argument("--work-dir", type=Path, default=None)
+    chk.add_argument("--result-file", type=Path, default=None, help=argparse.SUPPRESS)
+
+    rep = sub.add_parser("report", help="render the support table of a results directory")
+    rep.add_argument("dir", type=Path)
+    rep.add_argument("--format", choices=("md", "html", "json"), default=None,
+                     help="print one format to stdout instead of writing report.{md,html,json}")
+
+    sub.add_parser("envinfo", help="print this environment's capture as JSON")
+    return top
+
+
+def cmd_matrix(args) -> int:
+    m = matrix.load(args.file)
+    cells = m.select(tags=args.tags) if args.tags else m.cells
+    if args.json:
+        print(json.dumps([{"id": c.id, "axes": c.axes, "tags": list(c.tags), "checks": list(c.checks),
+                           "requirements": c.requirements} for c in cells], indent=1))
+    else:
+        for c in cells:
+            print(f"{c.id}  [{', '.join(c.tags)}]")
+        print(f"{len(cells)} cells", file=sys.stderr)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .run import RunOptions, run_matrix
+
+    m = matrix.load(args.file)
+    unknown = checks.unknown_checks(args.checks or [])
+    if unknown:
+        raise InputError(f"--checks: unknown check {unknown[0]!r}; expected one of {', '.join(checks.CHECKS)}")
+    if args.jobs < 1:
+        raise InputError("--jobs: expected a whole number of at least 1")
+    cells = m.select(args.cells, args.tags)
+    for device in sorted({c.axes["device"] for c in cells}):
+        devices.require(device, f"matrix {m.path.name}")
+    if not args.no_index_check:
+        wanted: dict[str, set[str]] = {}
+        for cell in cells:
+            for axis, dist in PACKAGE_AXES.items():
+                if axis in cell.axes:
+                    wanted.setdefault(dist, set()).add(cell.axes[axis])
+        index.check_releases(wanted, str(m.path))
+    out = args.out or Path("reports") / m.name
+    opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=args.jobs, redo=args.redo,
+                      checks=tuple(args.checks or ()), seed=args.seed, steps=args.steps, timeout=args.timeout)
+    print(f"matrix {m.name}: {len(cells)} cells, checks {', '.join(opts.checks or m.checks)} -> {out}",
+          file=sys.stderr)
+    run_matrix(m, cells, opts)
+    if not args.no_report:
+        _write_report(out)
+    return 0
+
+
+def _write_report(directory: Path) -> None:
+    from .report import write_report
+
+    for path in write_report(directory):
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def cmd_check(args) -> int:
+    from .checks import CheckOptions
+
+    if args.name not in checks.CHECKS:
+        raise InputError(f"unknown check {args.name!r}; expected one of {', '.join(checks.CHECKS)}")
+    if args.model_config is not None and not args.model_config.is_file():
+        raise InputError(f"--model-config: {args.model_config} is not a file")
+    work = args.work_dir or (args.result_file.parent if args.result_file else Path.cwd())
+    options = CheckOptions(model=args.model, backend=args.backend, seed=args.seed, steps=args.steps,
+                           model_config=args.model_config, work_dir=work)
+    result = runner.execute(args.name, options)
+    if args.result_file:
+        write_json_atomic(args.result_file, result.to_dict())
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        print(f"{result.check}: {result.status.value} - {result.message}")
+        for verdict in result.verdicts:
+            print(f"  {verdict.name}: {verdict.status.value} - {verdict.message}")
+    return 1 if result.status.is_failure else 0
+
+
+def cmd_report(args) -> int:
+    from .report import build_report, load_results, to_html, to_json, to_markdown
+
+    if args.format is None:
+        _write_report(args.dir)
+        return 0
+    cells, problems = load_results(args.dir)
+    if not cells:
+        from .errors import ResultsError
+
+        raise ResultsError(f"{args.dir}: no readable cell results" + (f" ({problems[0]})" if problems else ""))
+    report = build_report(cells, problems=problems)
+    out = {"md": to_markdown, "html": to_html}.get(args.format)
+    print(out(report) if out else json.dumps(to_json(report), indent=1))
+    return 0
+
+
+def cmd_envinfo(args) -> int:
+    from .envinfo import capture
+
+    print(json.dumps(capture(), indent=1))
+    return 0
+
+
+COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except HarnessError as exc:
+        if os.environ.get("HARNESS_DEBUG"):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+

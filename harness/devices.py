@@ -1,0 +1,57 @@
+"""Which accelerators this host has, asked of the vendor tools (no torch needed).
+
+The accelerator sessions ask this first and stop at once, non-zero, when the device is
+missing: a GPU session on a CPU-only machine must never pass silently.
+"""
+from __future__ import annotations
+
+import glob
+import shutil
+import subprocess
+
+from .errors import EnvironmentMissing
+
+# device -> (session that needs it, what to run instead)
+SESSIONS = {"cuda": "gpu-fsdp-qwen35 / gpu-megatron-qwen35", "npu": "npu-matrix"}
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    if shutil.which(argv[0]) is None:
+        return 127, f"{argv[0]} not found on PATH"
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 1, str(exc)
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def probe(device: str) -> tuple[bool, str]:
+    """(present, evidence) for cpu, cuda or npu."""
+    if device == "cpu":
+        return True, "cpu"
+    if device == "cuda":
+        code, out = _run(["nvidia-smi", "-L"])
+        present = code == 0 and "GPU" in out
+        return present, out if present else f"no NVIDIA GPU: `nvidia-smi -L` -> {out or code}"
+    if device == "npu":
+        code, out = _run(["npu-smi", "info"])
+        if code == 0:
+            return True, out
+        nodes = glob.glob("/dev/davinci[0-9]*")
+        return (True, f"devices {' '.join(nodes)}") if nodes else (False, f"no Ascend NPU: `npu-smi info` -> {out or code}, no /dev/davinci*")
+    raise ValueError(f"unknown device {device!r}")
+
+
+def require(device: str, what: str) -> str:
+    """Raise EnvironmentMissing (exit 3) naming what is missing and what to run instead."""
+    present, evidence = probe(device)
+    if not present:
+        raise EnvironmentMissing(f"{what} needs device {device!r} but this machine has none ({evidence.splitlines()[0]}); "
+                                 "on a CPU-only machine run `nox -s cpu-fsdp-qwen35`")
+    return evidence
+
+
+def tool_report(device: str) -> str:
+    """`nvidia-smi` or `npu-smi info` output for the environment record; '' on CPU."""
+    argv = {"cuda": ["nvidia-smi"], "npu": ["npu-smi", "info"]}.get(device)
+    return _run(argv)[1] if argv else ""

@@ -1,0 +1,101 @@
+"""Environment capture, run inside a cell's own interpreter: what exactly was tested.
+
+Records versions, devices, OS and CPU. Never records environment variables wholesale: only an
+allowlist, and anything that looks like a secret is dropped even from that.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGES = ("torch", "torch-npu", "transformers", "tensordict", "vllm", "vllm-ascend", "megatron-core",
+            "mbridge", "megatron-bridge", "accelerate", "flash-linear-attention", "causal-conv1d", "numpy")
+ENV_ALLOWLIST = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "OMP_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG",
+                 "HCCL_DETERMINISTIC", "NCCL_ALGO", "HARNESS_IMAGE", "HARNESS_IMAGE_DIGEST", "HARNESS_DEVICE")
+SECRET_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE", re.I)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _os_name() -> str:
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    return platform.platform()
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _cann_version() -> str | None:
+    home = os.environ.get("ASCEND_TOOLKIT_HOME") or "/usr/local/Ascend/ascend-toolkit/latest"
+    for info in sorted(Path(home).glob("*/ascend_toolkit_install.info")) if Path(home).exists() else []:
+        for line in info.read_text(errors="replace").splitlines():
+            if line.startswith("version="):
+                return line.split("=", 1)[1].strip()
+    return None
+
+
+def _torch_devices() -> dict:
+    try:
+        import torch
+    except ImportError:
+        return {"torch": None}
+    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "devices": []}
+    if torch.cuda.is_available():
+        info["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        try:
+            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                            capture_output=True, text=True, timeout=30).stdout.split("\n")[0].strip()
+        except (OSError, subprocess.TimeoutExpired):
+            info["driver"] = None
+    cann = _cann_version()
+    if cann:
+        info["cann"] = cann
+    return info
+
+
+def safe_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in ENV_ALLOWLIST if k in environ and not SECRET_RE.search(k)}
+
+
+def capture() -> dict:
+    return {
+        "python": platform.python_version(),
+        "implementation": sys.implementation.name,
+        "os": _os_name(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "packages": _versions(),
+        **_torch_devices(),
+        "image": os.environ.get("HARNESS_IMAGE"),
+        "image_digest": os.environ.get("HARNESS_IMAGE_DIGEST"),
+        "in_container": Path("/.dockerenv").exists(),
+        "env": safe_environment(),
+    }

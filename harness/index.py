@@ -1,0 +1,119 @@
+"""Ask the package index which releases exist, so a matrix naming a release that does not
+exist fails before anything is installed. Reads the simple API (PEP 691 JSON, or the HTML
+page) over https or from a file:// mirror, plus local find-links directories."""
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from packaging.specifiers import SpecifierSet
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename, \
+    parse_wheel_filename
+from packaging.version import Version
+
+from . import pipconfig
+from .errors import EnvironmentMissing, InputError
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            href = dict(attrs).get("href") or ""
+            self.files.append(unquote(href.split("#", 1)[0].rsplit("/", 1)[-1]))
+
+
+def _version_of(filename: str, name: str) -> Version | None:
+    try:
+        if filename.endswith(".whl"):
+            dist, version, *_ = parse_wheel_filename(filename)
+        else:
+            dist, version = parse_sdist_filename(filename)
+    except (InvalidWheelFilename, InvalidSdistFilename, ValueError):
+        return None
+    return version if canonicalize_name(dist) == name else None
+
+
+def _read(url: str) -> tuple[str, str]:
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        base = Path(unquote(parsed.path))
+        page = base / "index.html"
+        return (page.read_text(encoding="utf-8"), "text/html") if page.exists() else ("", "missing")
+    request = urllib.request.Request(url, headers={
+        "Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1", "User-Agent": "qwen35-harness"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.read().decode("utf-8"), response.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return "", "missing"
+        raise EnvironmentMissing(f"package index {url}: HTTP {exc.code}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise EnvironmentMissing(f"package index {url} unreachable ({exc}); pass --no-index-check to skip "
+                                 "the release check") from None
+
+
+class PackageIndex:
+    """Releases per distribution, from one simple index and any find-links directories."""
+
+    def __init__(self, url: str | None = None, find_links: list[str] | None = None):
+        self.url = (url or pipconfig.index_url()).rstrip("/")
+        self.find_links = pipconfig.find_links() if find_links is None else find_links
+        self._cache: dict[str, set[Version]] = {}
+
+    def versions(self, distribution: str) -> set[Version]:
+        name = canonicalize_name(distribution)
+        if name not in self._cache:
+            self._cache[name] = self._from_index(name) | self._from_find_links(name)
+        return self._cache[name]
+
+    def _from_index(self, name: str) -> set[Version]:
+        body, kind = _read(f"{self.url}/{name}/")
+        if kind == "missing" or not body:
+            return set()
+        if "json" in kind:
+            data = json.loads(body)
+            listed = data.get("versions")
+            if listed:
+                return {Version(v) for v in listed if re.match(r"^[0-9]", v)}
+            files = [f["filename"] for f in data.get("files", [])]
+        else:
+            parser = _Links()
+            parser.feed(body)
+            files = parser.files
+        return {v for f in files if (v := _version_of(f, name)) is not None}
+
+    def _from_find_links(self, name: str) -> set[Version]:
+        found: set[Version] = set()
+        for location in self.find_links:
+            path = Path(unquote(urlparse(location).path)) if location.startswith("file:") else Path(location)
+            if path.is_dir():
+                found |= {v for f in path.iterdir() if (v := _version_of(f.name, name)) is not None}
+        return found
+
+    def has(self, distribution: str, version: str) -> bool:
+        spec = SpecifierSet(f"=={version}")  # == ignores local labels: 2.13.0 matches 2.13.0+cpu
+        return any(spec.contains(v, prereleases=True) for v in self.versions(distribution))
+
+
+def check_releases(requirements: dict[str, set[str]], where: str, index: PackageIndex | None = None) -> None:
+    """Raise InputError naming the first (distribution, version) that the index does not have."""
+    index = index or PackageIndex()
+    for distribution in sorted(requirements):
+        available = index.versions(distribution)
+        if not available:
+            raise InputError(f"{where}: package {distribution!r} not found on {index.url}")
+        for version in sorted(requirements[distribution], key=Version):
+            if not index.has(distribution, version):
+                newest = ", ".join(str(v) for v in sorted(available)[-3:])
+                raise InputError(f"{where}: {distribution} {version} does not exist on {index.url} "
+                                 f"(newest: {newest})")

@@ -1,0 +1,253 @@
+"""Matrix files: load a TOML file, validate every key, expand it into cells deterministically.
+
+The matrix is data. This module turns it into `Cell` records and reports every problem as an
+`InputError` naming the file, the key (and line where it can be found) and what was expected.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from . import axes as ax
+from .checks import CHECKS
+from .errors import InputError
+from .rules import KnownFailure, Note, RuleError, Selector, TagRule
+
+TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "known_failures", "notes"}
+MATRIX_KEYS = {"name", "description", "checks", "timeout", "runner", "python", "memory_limit_mb"}
+RULE_KEYS = {"tags": {"tag", "when"}, "known_failures": {"check", "verdict", "when", "reason", "link", "expires"},
+             "notes": {"text", "when"}}
+
+
+@dataclass(frozen=True)
+class Cell:
+    matrix: str
+    id: str
+    axes: dict[str, str]
+    tags: tuple[str, ...]
+    checks: tuple[str, ...]
+    known_failures: tuple[KnownFailure, ...] = ()
+
+    @property
+    def requirements(self) -> list[str]:
+        return ax.requirements(self.axes)
+
+
+@dataclass
+class Matrix:
+    path: Path
+    name: str
+    description: str
+    checks: tuple[str, ...]
+    timeout: float | None  # per check; None: each check's own default
+    runner: str
+    python: str | None
+    memory_limit_mb: int | None
+    cells: list[Cell]
+    notes: list[Note] = field(default_factory=list)
+
+    def select(self, ids: list[str] | None = None, tags: list[str] | None = None) -> list[Cell]:
+        """Cells with any of `ids` and any of `tags`; an id or tag that matches nothing is an error."""
+        cells = self.cells
+        if ids:
+            known = {c.id for c in cells}
+            missing = [i for i in ids if i not in known]
+            if missing:
+                raise InputError(f"{self.path}: no cell {missing[0]!r}; run `python -m harness matrix list "
+                                 f"{self.path}` to see the ids")
+            cells = [c for c in cells if c.id in ids]
+        if tags:
+            present = {t for c in self.cells for t in c.tags}
+            missing = [t for t in tags if t not in present]
+            if missing:
+                raise InputError(f"{self.path}: no cell has tag {missing[0]!r}; tags: {', '.join(sorted(present))}")
+            cells = [c for c in cells if set(tags) & set(c.tags)]
+        if not cells:
+            raise InputError(f"{self.path}: the selection matches no cell")
+        return cells
+
+
+def _line_of(text: str, key: str) -> str:
+    """' (line N)' for the first line assigning `key`, to point a person at it; '' if not found."""
+    pattern = re.compile(rf"^\s*\[*\s*{re.escape(key)}\s*[=\]]", re.M)
+    match = pattern.search(text)
+    return f" (line {text.count(chr(10), 0, match.start()) + 1})" if match else ""
+
+
+class _Loader:
+    def __init__(self, path: Path, text: str):
+        self.path, self.text = path, text
+
+    def error(self, where: str, what: str) -> InputError:
+        key = where.rsplit(".", 1)[-1].split("[")[0]
+        return InputError(f"{self.path}{_line_of(self.text, key)}: {where}: {what}")
+
+    def unknown_keys(self, table: dict, allowed: set[str], where: str) -> None:
+        for key in table:
+            if key not in allowed:
+                raise self.error(f"{where}.{key}" if where else key,
+                                 f"unknown key; expected one of {', '.join(sorted(allowed))}")
+
+    def axis_values(self, axis: str, values: Any, where: str) -> list[str]:
+        if isinstance(values, str):
+            values = [values]
+        if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+            raise self.error(where, "expected a non-empty list of strings")
+        if axis in ax.PACKAGE_AXES:
+            for value in values:
+                try:
+                    version = Version(value)
+                except InvalidVersion:
+                    raise self.error(where, f"{value!r} is not a valid version (expected an exact version "
+                                            f"like 5.3.0)") from None
+                if str(version) != value and value.lower() != str(version):
+                    raise self.error(where, f"{value!r} is not in normal form; write {str(version)!r}")
+        elif axis == ax.IMAGE_AXIS:
+            bad = [v for v in values if not ax.IMAGE_RE.match(v)]
+            if bad:
+                raise self.error(where, f"{bad[0]!r} is not a container image reference")
+        else:
+            bad = [v for v in values if v not in ax.CHOICE_AXES[axis]]
+            if bad:
+                raise self.error(where, f"{bad[0]!r} is not one of {', '.join(ax.CHOICE_AXES[axis])}")
+        return list(dict.fromkeys(values))
+
+    def axes_table(self, table: Any, where: str) -> dict[str, list[str]]:
+        if not isinstance(table, dict):
+            raise self.error(where, "expected a table of axis = [values]")
+        self.unknown_keys(table, set(ax.ALL_AXES), where)
+        return {axis: self.axis_values(axis, values, f"{where}.{axis}") for axis, values in table.items()}
+
+    def selector(self, table: Any, where: str) -> Selector:
+        try:
+            return Selector.parse(table, where)
+        except RuleError as exc:
+            key = str(exc).split(":", 1)[0]
+            raise self.error(key, str(exc).split(": ", 1)[1]) from None
+
+    def rules(self, data: dict, section: str) -> list[dict]:
+        entries = data.get(section, [])
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise self.error(section, f"expected an array of tables ([[{section}]])")
+        for i, entry in enumerate(entries):
+            if section in RULE_KEYS:
+                self.unknown_keys(entry, RULE_KEYS[section], f"{section}[{i}]")
+        return entries
+
+
+def load(path: str | Path) -> Matrix:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read matrix file ({exc.strerror or exc})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML: {exc}") from None
+    return _build(path, text, data)
+
+
+def _build(path: Path, text: str, data: dict) -> Matrix:
+    ld = _Loader(path, text)
+    ld.unknown_keys(data, TOP_KEYS, "")
+    meta = data.get("matrix")
+    if not isinstance(meta, dict):
+        raise ld.error("matrix", "missing [matrix] table with at least name and checks")
+    ld.unknown_keys(meta, MATRIX_KEYS, "matrix")
+    name = meta.get("name")
+    if not isinstance(name, str) or not ax.TAG_RE.match(name):
+        raise ld.error("matrix.name", "expected a short name of letters, digits, '.', '_' or '-'")
+    checks = meta.get("checks")
+    if not isinstance(checks, list) or not checks or not all(isinstance(c, str) for c in checks):
+        raise ld.error("matrix.checks", f"expected a list of check names from: {', '.join(CHECKS)}")
+    for check in checks:
+        if check not in CHECKS:
+            raise ld.error("matrix.checks", f"unknown check {check!r}; expected one of {', '.join(CHECKS)}")
+    timeout = meta.get("timeout")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0):
+        raise ld.error("matrix.timeout", "expected a positive number of seconds")
+    memory = meta.get("memory_limit_mb")
+    if memory is not None and (not isinstance(memory, int) or isinstance(memory, bool) or memory < 256):
+        raise ld.error("matrix.memory_limit_mb", "expected a whole number of MiB, at least 256")
+
+    base = ld.axes_table(data.get("axes"), "axes")
+    for axis in ("backend", "model", "device"):
+        if axis not in base:
+            raise ld.error(f"axes.{axis}", "missing; every matrix names its backend, model and device")
+    products = [base]
+    for i, entry in enumerate(ld.rules(data, "include")):
+        products.append({**base, **ld.axes_table(entry, f"include[{i}]")})
+    combos: dict[str, dict[str, str]] = {}
+    for product in products:
+        order = [a for a in ax.ALL_AXES if a in product]
+        for values in itertools.product(*(product[a] for a in order)):
+            axes = dict(zip(order, values))
+            combos.setdefault(ax.cell_id(axes), axes)
+
+    for i, entry in enumerate(ld.rules(data, "exclude")):
+        selector = ld.selector(entry, f"exclude[{i}]")
+        hit = [cid for cid, axes in combos.items() if selector.matches(axes)]
+        if not hit:
+            raise ld.error(f"exclude[{i}]", f"matches no cell ({selector.describe()})")
+        for cid in hit:
+            del combos[cid]
+    if not combos:
+        raise ld.error("exclude", "every cell is excluded")
+
+    tag_rules = []
+    for i, entry in enumerate(ld.rules(data, "tags")):
+        tag = entry.get("tag")
+        if not isinstance(tag, str) or not ax.TAG_RE.match(tag):
+            raise ld.error(f"tags[{i}].tag", "expected a tag of letters, digits, '.', '_' or '-'")
+        rule = TagRule(tag, ld.selector(entry.get("when"), f"tags[{i}].when"))
+        if not any(rule.when.matches(a) for a in combos.values()):
+            raise ld.error(f"tags[{i}]", f"tag {tag!r} matches no cell ({rule.when.describe()})")
+        tag_rules.append(rule)
+
+    known = [_known_failure(ld, entry, i, combos) for i, entry in enumerate(ld.rules(data, "known_failures"))]
+    notes = []
+    for i, entry in enumerate(ld.rules(data, "notes")):
+        if not isinstance(entry.get("text"), str) or not entry["text"].strip():
+            raise ld.error(f"notes[{i}].text", "expected the note's text")
+        when = ld.selector(entry["when"], f"notes[{i}].when") if "when" in entry else None
+        notes.append(Note(entry["text"].strip(), when, [c for c, a in combos.items() if when is None or when.matches(a)]))
+
+    cells = []
+    for cid, axes in combos.items():
+        tags = {name, axes["backend"], axes["model"], axes["device"]} | {r.tag for r in tag_rules if r.when.matches(axes)}
+        cells.append(Cell(name, cid, axes, tuple(sorted(tags)), tuple(checks),
+                          tuple(k for k in known if k.when.matches(axes))))
+    return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
+                  str(meta.get("runner", "")), meta.get("python"), memory, cells, notes)
+
+
+def _known_failure(ld: _Loader, entry: dict, i: int, combos: dict[str, dict[str, str]]) -> KnownFailure:
+    where = f"known_failures[{i}]"
+    for key in ("check", "when", "reason", "link", "expires"):
+        if key not in entry:
+            raise ld.error(f"{where}.{key}", "missing; a known failure needs check, when, reason, link and expires")
+    if entry["check"] not in CHECKS:
+        raise ld.error(f"{where}.check", f"unknown check {entry['check']!r}; expected one of {', '.join(CHECKS)}")
+    if not isinstance(entry["reason"], str) or not entry["reason"].strip():
+        raise ld.error(f"{where}.reason", "expected a sentence saying why it fails")
+    link = entry["link"]
+    if not isinstance(link, str) or not re.match(r"^https://[^\s\"'<>]+$", link):
+        raise ld.error(f"{where}.link", "expected an https:// link to the upstream issue")
+    expires = entry["expires"]
+    if not isinstance(expires, dt.date) or isinstance(expires, dt.datetime):
+        raise ld.error(f"{where}.expires", "expected a TOML date like 2027-03-31 (no quotes)")
+    verdict = entry.get("verdict")
+    if verdict is not None and not isinstance(verdict, str):
+        raise ld.error(f"{where}.verdict", "expected the name of one verdict of the check")
+    selector = ld.selector(entry["when"], f"{where}.when")
+    if not any(selector.matches(a) for a in combos.values()):
+        raise ld.error(where, f"matches no cell ({selector.describe()})")
+    return KnownFailure(entry["check"], selector, entry["reason"].strip(), link, expires, verdict)

@@ -1,0 +1,95 @@
+"""Selectors over cells: `{axis: specifier}` tables used by exclude, tags and known failures.
+
+A package axis takes a PEP 440 specifier set (">=5.2,<5.9", "==2.13.0"); a choice or image
+axis takes a value or a list of values. A selector matches a cell when every key matches.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from .axes import ALL_AXES, CHOICE_AXES, PACKAGE_AXES
+
+
+class RuleError(ValueError):
+    """A selector is malformed; the message names the key and what was expected."""
+
+
+@dataclass(frozen=True)
+class Selector:
+    specifiers: tuple[tuple[str, SpecifierSet], ...] = ()
+    choices: tuple[tuple[str, frozenset[str]], ...] = ()
+
+    @classmethod
+    def parse(cls, table: Any, where: str) -> Selector:
+        if not isinstance(table, dict) or not table:
+            raise RuleError(f"{where}: expected a table of axis = specifier, got {table!r}")
+        specs, choices = [], []
+        for axis, value in table.items():
+            if axis not in ALL_AXES:
+                raise RuleError(f"{where}.{axis}: unknown axis; expected one of {', '.join(ALL_AXES)}")
+            if axis in PACKAGE_AXES:
+                if not isinstance(value, str):
+                    raise RuleError(f"{where}.{axis}: expected a version specifier string like '>=5.2,<5.9'")
+                text = value if value[:1] in "<>=!~" else f"=={value}"
+                try:
+                    specs.append((axis, SpecifierSet(text)))
+                except InvalidSpecifier as exc:
+                    raise RuleError(f"{where}.{axis}: invalid version specifier {value!r} ({exc})") from exc
+            else:
+                values = [value] if isinstance(value, str) else value
+                if not isinstance(values, list) or not all(isinstance(v, str) for v in values) or not values:
+                    raise RuleError(f"{where}.{axis}: expected a string or a list of strings")
+                allowed = CHOICE_AXES.get(axis)
+                bad = [v for v in values if allowed and v not in allowed]
+                if bad:
+                    raise RuleError(f"{where}.{axis}: {bad[0]!r} is not one of {', '.join(allowed)}")
+                choices.append((axis, frozenset(values)))
+        return cls(tuple(specs), tuple(choices))
+
+    def matches(self, axes: dict[str, str]) -> bool:
+        for axis, spec in self.specifiers:
+            if axis not in axes or not spec.contains(Version(axes[axis]), prereleases=True):
+                return False
+        return all(axes.get(axis) in values for axis, values in self.choices)
+
+    def describe(self) -> str:
+        parts = [f"{axis}{spec}" for axis, spec in self.specifiers]
+        parts += [f"{axis}={'|'.join(sorted(values))}" for axis, values in self.choices]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    """A declared known failure: a failing `check` (or one `verdict` of it) in matching cells."""
+
+    check: str
+    when: Selector
+    reason: str
+    link: str
+    expires: dt.date
+    verdict: str | None = None
+
+    def expired(self, today: dt.date | None = None) -> bool:
+        return (today or dt.date.today()) > self.expires
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"check": self.check, "verdict": self.verdict, "when": self.when.describe(), "reason": self.reason,
+                "link": self.link, "expires": self.expires.isoformat()}
+
+
+@dataclass(frozen=True)
+class TagRule:
+    tag: str
+    when: Selector
+
+
+@dataclass
+class Note:
+    text: str
+    when: Selector | None = None
+    cells: list[str] = field(default_factory=list)

@@ -1,0 +1,148 @@
+"""Run a matrix: for each selected cell, build its environment, record its lock and
+environment, run each check in its own process, and write one JSON file per cell atomically.
+
+A finished cell file is reused by the next run of the same matrix unless `redo` is set.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import cellenv, checks, runner
+from .matrix import Cell, Matrix
+from .progress import Progress
+from .results import CellResult, CheckResult, Status, load_cell, write_json_atomic
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path
+    env_root: Path = Path(".harness/envs")
+    jobs: int = 1
+    redo: bool = False
+    checks: tuple[str, ...] = ()  # empty: the matrix's checks
+    seed: int = 0
+    steps: int | None = None
+    timeout: float | None = None  # overrides the matrix's per-check timeout
+    progress: Progress | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def cell_path(out_dir: Path, cell_id: str) -> Path:
+    return out_dir / "cells" / f"{cell_id}.json"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def reusable(out_dir: Path, cell: Cell, wanted: tuple[str, ...]) -> CellResult | None:
+    """The finished result of this cell, if it has every wanted check and the same pins."""
+    path = cell_path(out_dir, cell.id)
+    if not path.exists():
+        return None
+    try:
+        done = load_cell(path)
+    except ValueError:
+        return None  # corrupt or from an older schema: run it again
+    if done.axes != cell.axes or any(done.check(name) is None for name in wanted):
+        return None
+    return done
+
+
+def apply_known_failures(result: CheckResult, cell: Cell, today: dt.date | None = None) -> CheckResult:
+    """Turn a failure that the matrix declares as known into `xfail`, keeping the original status."""
+    for known in cell.known_failures:
+        if known.check != result.check:
+            continue
+        failing = result.status.is_failure if known.verdict is None else any(
+            v.name == known.verdict and v.status.is_failure for v in result.verdicts)
+        if failing and not known.expired(today):
+            result.original_status, result.status = result.status, Status.XFAIL
+            result.known_failure = known.to_dict()
+        elif failing:
+            result.message += f" [known failure expired on {known.expires.isoformat()}: {known.link}]"
+            result.known_failure = {**known.to_dict(), "state": "expired"}
+        else:
+            result.known_failure = {**known.to_dict(), "state": "stale: the check no longer fails"}
+    return result
+
+
+def _check_args(cell: Cell, opts: RunOptions) -> list[str]:
+    args = ["--model", cell.axes["model"], "--backend", cell.axes["backend"], "--seed", str(opts.seed)]
+    if opts.steps is not None:
+        args += ["--steps", str(opts.steps)]
+    return args
+
+
+def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions) -> CellResult:
+    wanted = opts.checks or cell.checks
+    rel = Path("cells") / cell.id
+    cell_dir = opts.out_dir / rel
+    started, start = _now(), time.perf_counter()
+    result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags), started=started,
+                        setup_log=str(rel / "logs" / "setup.log"))
+    setup_log = opts.out_dir / result.setup_log
+    setup_log.unlink(missing_ok=True)
+    try:
+        env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, matrix.python)
+        (cell_dir / "lock.txt").write_text(cellenv.freeze(env))
+        result.lock = str(rel / "lock.txt")
+        result.environment = _capture(env, opts)
+    except cellenv.SetupFailed as exc:
+        result.checks = [CheckResult(name, Status.ERROR, f"environment setup failed: {exc}", log=result.setup_log)
+                         for name in wanted]
+    else:
+        for name in wanted:
+            result.checks.append(_one_check(name, cell, matrix, env, opts, rel))
+    result.finished, result.duration = _now(), round(time.perf_counter() - start, 3)
+    write_json_atomic(cell_path(opts.out_dir, cell.id), result.to_dict())
+    return result
+
+
+def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts: RunOptions, rel: Path) -> CheckResult:
+    spec = checks.CHECKS[name]
+    if cell.axes["backend"] not in spec.backends:
+        return CheckResult(name, Status.SKIP, f"not applicable to backend {cell.axes['backend']}")
+    log = rel / "logs" / f"{name}.log"
+    timeout = opts.timeout or matrix.timeout or spec.timeout
+    outcome = runner.run_isolated(env.python, name, _check_args(cell, opts), opts.out_dir / log, timeout,
+                                  env.run_env({**opts.extra_env, "HARNESS_DEVICE": cell.axes["device"]}),
+                                  matrix.memory_limit_mb)
+    outcome.log = str(log)
+    return apply_known_failures(outcome, cell)
+
+
+def _capture(env: cellenv.CellEnv, opts: RunOptions) -> dict:
+    done = subprocess.run([str(env.python), "-m", "harness", "envinfo"], capture_output=True, text=True,
+                          env=env.run_env(opts.extra_env), timeout=300, check=False)
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return {"error": f"environment capture failed (status {done.returncode}): {done.stderr[-1000:]}"}
+
+
+def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[CellResult]:
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(opts.out_dir / "run.json", {
+        "matrix": matrix.name, "title": matrix.description, "matrix_file": matrix.path.name,
+        "notes": [{"text": n.text, "cells": n.cells} for n in matrix.notes]})
+    progress = opts.progress or Progress(len(cells))
+    wanted = opts.checks or matrix.checks
+
+    def one(cell: Cell) -> CellResult:
+        done = None if opts.redo else reusable(opts.out_dir, cell, tuple(wanted))
+        progress.started(cell.id, reused=done is not None)
+        done = done or run_cell(cell, matrix, opts)
+        progress.finished(cell.id, [c.status for c in done.checks])
+        return done
+
+    if opts.jobs <= 1:
+        return [one(cell) for cell in cells]
+    with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
+        return list(pool.map(one, cells))

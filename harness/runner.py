@@ -1,0 +1,104 @@
+"""Where failures become statuses: the only module that does it.
+
+`execute` runs a check in this process (inside a cell) and turns its exceptions into a
+status. `run_isolated` runs `python -m harness check` in a child process with a timeout and
+turns what happened to the process (a crash, a hang, memory exhaustion) into a status, with
+the tail of its log, so that the run goes on.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import traceback
+from pathlib import Path
+
+from . import checks
+from .cellenv import tail
+from .results import CheckResult, Status
+
+UNAVAILABLE = "Qwen35Unavailable"
+
+
+def execute(name: str, options: checks.CheckOptions) -> CheckResult:
+    """Run check `name` here; never raises for a failure of the check itself."""
+    start = time.perf_counter()
+    try:
+        result = checks.run_in_process(name, options)
+        if not isinstance(result, CheckResult):
+            raise TypeError(f"check {name} returned {type(result).__name__}, not a CheckResult")
+    except MemoryError:
+        result = CheckResult(name, Status.CRASH, "out of memory (MemoryError)")
+    except Exception as exc:  # noqa: BLE001 - a check's bug or a broken stack: recorded, not raised
+        if type(exc).__name__ == UNAVAILABLE:  # a stack without Qwen3.5: nothing to check
+            result = CheckResult(name, Status.SKIP, str(exc).split(":")[0])
+        else:
+            frames = "".join(traceback.format_exception(exc)[-6:])
+            result = CheckResult(name, Status.ERROR, f"{type(exc).__name__}: {exc}"[:2000],
+                                 metrics={"traceback": frames[-4000:]})
+    result.duration = round(time.perf_counter() - start, 3)
+    return result
+
+
+def _limit_memory(megabytes: int | None):
+    if not megabytes:
+        return None
+
+    def apply() -> None:
+        import resource
+
+        limit = megabytes * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun workers live in the same process group
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def run_isolated(python: Path | str, name: str, args: list[str], log_path: Path, timeout: float,
+                 env: dict[str, str], memory_limit_mb: int | None = None) -> CheckResult:
+    """Run one check in its own process; classify crash, timeout and memory exhaustion."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    result_path = log_path.with_suffix(".result.json")
+    result_path.unlink(missing_ok=True)
+    argv = [str(python), "-m", "harness", "check", name, "--result-file", str(result_path), *args]
+    start = time.perf_counter()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True, preexec_fn=_limit_memory(memory_limit_mb))
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return CheckResult(name, Status.TIMEOUT, f"no result after {timeout:.0f} s; killed. Log tail:\n"
+                               f"{tail(log_path)}", duration=round(time.perf_counter() - start, 3))
+        finally:
+            if proc.poll() is None:  # interrupted (KeyboardInterrupt): leave no orphans
+                _kill_group(proc)
+    duration = round(time.perf_counter() - start, 3)
+    if result_path.exists():
+        try:
+            result = CheckResult.from_dict(json.loads(result_path.read_text()))
+            result.duration = duration
+            return result
+        except (ValueError, KeyError, TypeError) as exc:
+            return CheckResult(name, Status.CRASH, f"unreadable result file ({exc}). Log tail:\n{tail(log_path)}",
+                               duration=duration)
+    log_tail = tail(log_path)
+    if code < 0:
+        why = f"killed by {signal.Signals(-code).name}"
+        if -code == signal.SIGKILL:
+            why += " (likely out of memory)"
+    elif "MemoryError" in log_tail or "out of memory" in log_tail.lower():
+        why = f"out of memory (exit status {code})"
+    else:
+        why = f"exited with status {code} without a result"
+    return CheckResult(name, Status.CRASH, f"{why}. Log tail:\n{log_tail}", duration=duration)

@@ -1,0 +1,135 @@
+"""Sessions of the Qwen3.5 compatibility harness.
+
+    nox                          # = nox -s cpu-fsdp-qwen35: the CPU matrix, then the report
+    nox -s gpu-fsdp-qwen35       # CUDA runners (FSDP cells of matrices/cuda.toml)
+    nox -s gpu-megatron-qwen35   # CUDA runners (Megatron cells of matrices/cuda.toml)
+    nox -s npu-matrix            # Ascend runners (matrices/npu.toml)
+    nox -s report                # re-render every report under reports/
+    nox -s tests                 # the project's tests
+    nox -s bench                 # benchmarks, figures to bench/figures.json
+    nox -l --json -t all         # every session as JSON, one per matrix cell with its call_spec
+    nox -l --json -t cell        # only the cell sessions (what the nightly workflow expands)
+    nox -t smoke                 # the cells tagged "smoke" (tags come from the matrix files)
+
+Cell sessions are named `cell-<matrix>(<cell id>)`, the same id as the results and the report.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from harness import devices, matrix, pipconfig  # noqa: E402  (after the path is set)
+
+# uv ignores pip's configuration: forward the find-links and constraints pip uses on this machine,
+# so that uv takes the local CPU torch wheel instead of downloading the CUDA build.
+os.environ.update(pipconfig.uv_environment())
+
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["cpu-fsdp-qwen35"]
+nox.options.reuse_venv = "yes"
+
+MATRICES = {path.stem: path for path in sorted((ROOT / "matrices").glob("*.toml"))}
+# Sessions that need an accelerator: device -> the session names.
+ACCELERATOR_SESSIONS = {"cuda": ("gpu-fsdp-qwen35", "gpu-megatron-qwen35"), "npu": ("npu-matrix",)}
+
+
+def _install_harness(session: nox.Session) -> None:
+    session.install("-e", str(ROOT))
+
+
+def _run_matrix(session: nox.Session, name: str, *args: str) -> None:
+    _install_harness(session)
+    session.run("python", "-m", "harness", "run", str(MATRICES[name]), *args, *session.posargs)
+
+
+def _require(session: nox.Session, device: str) -> None:
+    present, evidence = devices.probe(device)
+    if not present:
+        session.error(f"{session.name} needs device {device!r}, and this machine has none "
+                      f"({evidence.splitlines()[0]}). On a CPU-only machine run `nox -s cpu-fsdp-qwen35`.")
+
+
+@nox.session(name="cpu-fsdp-qwen35", tags=["all", "cpu", "matrix"])
+def cpu_fsdp_qwen35(session: nox.Session) -> None:
+    """Run the CPU matrix (every cell, every check) and write the report to reports/cpu/."""
+    _run_matrix(session, "cpu")
+
+
+@nox.session(name="gpu-fsdp-qwen35", tags=["all", "cuda", "matrix"])
+def gpu_fsdp_qwen35(session: nox.Session) -> None:
+    """Run the FSDP cells of matrices/cuda.toml on a CUDA runner."""
+    _require(session, "cuda")
+    _run_matrix(session, "cuda", "--tags", "fsdp")
+
+
+@nox.session(name="gpu-megatron-qwen35", tags=["all", "cuda", "matrix"])
+def gpu_megatron_qwen35(session: nox.Session) -> None:
+    """Run the Megatron cells of matrices/cuda.toml on a CUDA runner."""
+    _require(session, "cuda")
+    _run_matrix(session, "cuda", "--tags", "megatron")
+
+
+@nox.session(name="npu-matrix", tags=["all", "npu", "matrix"])
+def npu_matrix(session: nox.Session) -> None:
+    """Run matrices/npu.toml on an Ascend runner."""
+    _require(session, "npu")
+    _run_matrix(session, "npu")
+
+
+@nox.session(tags=["all", "report"])
+def report(session: nox.Session) -> None:
+    """Render reports/<matrix>/report.{md,html,json} from the results already there."""
+    _install_harness(session)
+    targets = session.posargs or [str(d) for d in sorted((ROOT / "reports").glob("*")) if (d / "cells").is_dir()]
+    if not targets:
+        session.error("no results under reports/: run `nox -s cpu-fsdp-qwen35` first")
+    for target in targets:
+        session.run("python", "-m", "harness", "report", target)
+
+
+def _dev_pins() -> list[str]:
+    """The pins the tests run against: the CPU matrix's cell tagged `smoke`."""
+    cells = matrix.load(MATRICES["cpu"]).select(tags=["smoke"])
+    return cells[0].requirements
+
+
+@nox.session(tags=["all", "tests"])
+def tests(session: nox.Session) -> None:
+    """The project's tests (pytest, parallel with xdist)."""
+    session.install(*_dev_pins(), "pytest", "pytest-xdist", "nox")
+    _install_harness(session)
+    args = session.posargs or ["-n", "2", "--dist", "loadfile"]
+    session.run("python", "-m", "pytest", *args)
+
+
+@nox.session(tags=["all", "bench"])
+def bench(session: nox.Session) -> None:
+    """Benchmarks: cell environments (uv vs pip, cold and warm, disk), report rendering, checks."""
+    session.install(*_dev_pins())
+    _install_harness(session)
+    session.run("python", "-m", "harness.bench", "--out", str(ROOT / "bench" / "figures.json"), *session.posargs)
+
+
+def _cell_sessions(name: str, path: Path) -> None:
+    cells = matrix.load(path).cells
+    params = [nox.param(cell.id, id=cell.id, tags=["all", "cell", *cell.tags]) for cell in cells]
+    device = cells[0].axes["device"]
+
+    @nox.session(name=f"cell-{name}", default=False)
+    @nox.parametrize("cell", params)
+    def cell_session(session: nox.Session, cell: str) -> None:
+        if device != "cpu":
+            _require(session, device)
+        _run_matrix(session, name, "--cells", cell)
+
+    cell_session.__doc__ = f"One cell of matrices/{path.name}."
+
+
+for _name, _path in MATRICES.items():
+    _cell_sessions(_name, _path)

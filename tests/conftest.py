@@ -1,0 +1,23 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RESOURCES = Path(__file__).resolve().parent / "resources"
+sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture
+def resources() -> Path:
+    return RESOURCES
+
+
+@pytest.fixture
+def project_env(monkeypatch):
+    """Environment for a child `python -m harness`: the project and test resources importable."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(RESOURCES / "checks"), env.get("PYTHONPATH", "")])
+    env["HARNESS_EXTRA_CHECKS"] = "misbehave=misbehaving"
+    return env

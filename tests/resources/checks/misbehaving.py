@@ -1,0 +1,28 @@
+"""Checks that misbehave on purpose, to test how the runner classifies them.
+
+Registered through HARNESS_EXTRA_CHECKS; the behaviour is chosen by the check's name.
+"""
+import os
+import time
+
+from harness.results import CheckResult, Status
+
+
+def run(options):
+    mode = os.environ.get("MISBEHAVE", "pass")
+    if mode == "pass":
+        return CheckResult("misbehave", Status.PASS, "fine", metrics={"answer": 42})
+    if mode == "raise":
+        raise RuntimeError("the check itself is broken")
+    if mode == "abort":
+        os.abort()  # SIGABRT, as a C++ terminate does
+    if mode == "exit":
+        os._exit(3)
+    if mode == "hang":
+        time.sleep(3600)
+    if mode == "memory":
+        hog = [bytearray(64 * 1024 * 1024) for _ in range(1024)]  # 64 GiB: stopped by RLIMIT_AS
+        return CheckResult("misbehave", Status.PASS, str(len(hog)))
+    if mode == "wrong-type":
+        return {"status": "pass"}
+    raise ValueError(mode)

@@ -1,0 +1,145 @@
+"""Matrix files: expansion, ids, tags, known failures, and every kind of bad input."""
+import datetime as dt
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness import matrix
+from harness.errors import InputError
+
+VALID = textwrap.dedent("""\
+    [matrix]
+    name = "t"
+    checks = ["stack-smoke"]
+
+    [axes]
+    transformers = ["5.3.0"]
+    torch = ["2.13.0"]
+    backend = ["fsdp"]
+    model = ["text"]
+    device = ["cpu"]
+    """)
+
+
+def load_text(tmp_path, text):
+    path = tmp_path / "m.toml"
+    path.write_text(text)
+    return matrix.load(path)
+
+
+def test_expansion_is_the_product_minus_excludes_plus_includes(resources):
+    m = matrix.load(resources / "matrices" / "small.toml")
+    ids = [c.id for c in m.cells]
+    assert ids == [
+        "fsdp-text-tf5.3.0-torch2.13.0-td0.10.0",
+        "fsdp-text-tf5.3.0-torch2.13.0-td0.15.3",
+        "fsdp-text-tf5.10.0-torch2.13.0-td0.10.0",
+        "fsdp-text-tf5.10.0-torch2.13.0-td0.15.3",
+        "fsdp-text-tf5.9.0-torch2.13.0-td0.15.3",
+        "megatron-text-tf5.23.0-torch2.13.0-td0.10.0-mcore0.16.1",
+        "megatron-text-tf5.23.0-torch2.13.0-td0.15.3-mcore0.16.1",
+    ]
+    megatron = m.cells[-1]
+    assert megatron.requirements == ["torch==2.13.0", "transformers==5.23.0", "tensordict==0.15.3",
+                                     "megatron-core==0.16.1"]
+
+
+def test_expansion_is_deterministic_and_ids_are_stable(resources):
+    first = [(c.id, c.tags) for c in matrix.load(resources / "matrices" / "small.toml").cells]
+    second = [(c.id, c.tags) for c in matrix.load(resources / "matrices" / "small.toml").cells]
+    assert first == second
+    assert len({c for c, _ in first}) == len(first)
+
+
+def test_tags_compare_versions_not_strings(resources):
+    m = matrix.load(resources / "matrices" / "small.toml")
+    tagged = {c.id for c in m.cells if "new" in c.tags}
+    # 5.10.0 >= 5.9 as a version (as strings it would not be)
+    assert "fsdp-text-tf5.10.0-torch2.13.0-td0.15.3" in tagged
+    assert "fsdp-text-tf5.3.0-torch2.13.0-td0.15.3" not in tagged
+    assert all({"small", "fsdp", "text", "cpu"} <= set(c.tags) for c in m.cells if c.axes["backend"] == "fsdp")
+
+
+def test_known_failures_attach_to_matching_cells_only(resources):
+    m = matrix.load(resources / "matrices" / "small.toml")
+    for cell in m.cells:
+        expected = cell.axes["tensordict"] == "0.10.0"
+        assert bool(cell.known_failures) == expected, cell.id
+    known = m.cells[0].known_failures[0]
+    assert known.expires == dt.date(2099, 1, 1) and known.link.startswith("https://")
+
+
+def test_select_by_id_and_tag(resources):
+    m = matrix.load(resources / "matrices" / "small.toml")
+    assert [c.id for c in m.select(tags=["megatron"])][0].startswith("megatron-")
+    assert len(m.select(ids=["fsdp-text-tf5.3.0-torch2.13.0-td0.10.0"])) == 1
+    with pytest.raises(InputError, match="no cell 'nope'"):
+        m.select(ids=["nope"])
+    with pytest.raises(InputError, match="no cell has tag 'nope'"):
+        m.select(tags=["nope"])
+
+
+def test_the_shipped_matrices_load():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "matrices"
+    loaded = {p.stem: matrix.load(p) for p in root.glob("*.toml")}
+    assert {"cpu", "cuda", "npu"} <= set(loaded)
+    tf = sorted({c.axes["transformers"] for c in loaded["cpu"].cells})
+    assert {"5.1.0", "5.2.0", "5.3.0", "5.5.3", "5.9.0"} <= set(tf)
+    assert {c.axes["tensordict"] for c in loaded["cpu"].cells} == {"0.10.0", "0.15.3"}
+
+
+BAD = [
+    ("not toml", "[matrix\nname=", "not valid TOML"),
+    ("unknown top key", VALID + "\n[colour]\nx = 1\n", "colour: unknown key"),
+    ("unknown axis", VALID.replace("torch = [", "trochx = [\"1.0\"]\ntorch = ["), "axes.trochx: unknown key"),
+    ("bad version", VALID.replace('"5.3.0"', '"5.3.x"'), "'5.3.x' is not a valid version"),
+    ("shell in version", VALID.replace('"5.3.0"', '"5.3.0; rm -rf ~"'), "is not a valid version"),
+    ("bad choice", VALID.replace('["text"]', '["huge"]'), "'huge' is not one of text, vl, moe"),
+    ("unknown check", VALID.replace('["stack-smoke"]', '["stack-smoke", "vibes"]'), "unknown check 'vibes'"),
+    ("missing device", VALID.replace('device = ["cpu"]\n', ""), "axes.device: missing"),
+    ("unknown matrix key", VALID.replace('name = "t"', 'name = "t"\ncolour = 1'), "matrix.colour: unknown key"),
+    ("exclude matches nothing", VALID + '[[exclude]]\ntransformers = "<5"\n', "exclude[0]: matches no cell"),
+    ("exclude everything", VALID + '[[exclude]]\ntransformers = ">=5"\n', "every cell is excluded"),
+    ("bad specifier", VALID + '[[exclude]]\ntransformers = ">=5..2"\n', "invalid version specifier"),
+    ("tag matches nothing", VALID + '[[tags]]\ntag = "x"\nwhen = { transformers = ">6" }\n', "matches no cell"),
+    ("bad image", VALID.replace('device = ["cpu"]', 'device = ["cpu"]\nimage = ["$(reboot)"]'),
+     "is not a container image reference"),
+    ("known failure without expiry",
+     VALID + '[[known_failures]]\ncheck = "stack-smoke"\nwhen = { transformers = "==5.3.0" }\nreason = "r"\n'
+             'link = "https://x.test/1"\n', "known_failures[0].expires: missing"),
+    ("known failure with string date",
+     VALID + '[[known_failures]]\ncheck = "stack-smoke"\nwhen = { transformers = "==5.3.0" }\nreason = "r"\n'
+             'link = "https://x.test/1"\nexpires = "2027-01-01"\n', "expected a TOML date"),
+    ("known failure with a javascript link",
+     VALID + '[[known_failures]]\ncheck = "stack-smoke"\nwhen = { transformers = "==5.3.0" }\nreason = "r"\n'
+             'link = "javascript:alert(1)"\nexpires = 2027-01-01\n', "expected an https:// link"),
+]
+
+
+@pytest.mark.parametrize("text, expected", [(t, e) for _, t, e in BAD], ids=[n for n, _, _ in BAD])
+def test_bad_input_is_one_clear_error_naming_the_file(tmp_path, text, expected):
+    with pytest.raises(InputError) as info:
+        load_text(tmp_path, text)
+    message = str(info.value)
+    assert expected in message
+    assert str(tmp_path / "m.toml") in message
+    assert "\n" not in message
+
+
+def test_errors_point_at_the_line_of_the_key(tmp_path):
+    with pytest.raises(InputError, match=r"\(line 9\): axes.model"):
+        load_text(tmp_path, VALID.replace('["text"]', '["huge"]'))
+
+
+def test_cli_exits_2_on_a_bad_matrix_before_installing_anything(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text(VALID.replace('"5.3.0"', '"5.3.x"'))
+    done = subprocess.run([sys.executable, "-m", "harness", "run", str(path), "--env-root", str(tmp_path / "envs")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ")
+    assert not (tmp_path / "envs").exists()
