@@ -34,6 +34,9 @@ CHECKS: dict[str, CheckSpec] = {
                   "vision position embedding under FSDP2 CPU offload: upstream and trainer verdicts", ("fsdp",)),
         CheckSpec("nested-chunking", "harness.checks.nested_chunking",
                   "jagged mRoPE position ids survive micro-batch chunking", ("fsdp", "megatron")),
+        CheckSpec("bridge-parity", "harness.checks.bridge_parity",
+                  "Hugging Face and Megatron-core forwards agree on the same weights; HF -> Megatron -> HF is exact",
+                  ("megatron",)),
         CheckSpec("grpo-convergence", "harness.checks.grpo_convergence",
                   "a short GRPO run raises the reward and follows the reference curve", timeout=900),
     )
