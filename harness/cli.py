@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -168,7 +169,18 @@ def cmd_envinfo(args) -> int:
 COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo}
 
 
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM (a CI runner cancelling the job) ends the run like Ctrl-C: children are killed,
+    finished cell files stay, and the next run finishes the remaining cells."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _interrupt_on_sigterm()
     try:
         args = _parser().parse_args(argv)
         return COMMANDS[args.command](args)

@@ -7,10 +7,12 @@ the tail of its log, so that the run goes on.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -42,15 +44,19 @@ def execute(name: str, options: checks.CheckOptions) -> CheckResult:
     return result
 
 
-def _limit_memory(megabytes: int | None):
-    if not megabytes:
-        return None
+def _child_setup(megabytes: int | None):
+    """Runs in the child before exec: die with the runner, and cap memory when asked."""
 
     def apply() -> None:
-        import resource
+        if sys.platform == "linux":
+            # A killed runner must not leave its checks running: the kernel sends SIGKILL to the
+            # child when its parent dies (PR_SET_PDEATHSIG = 1).
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+        if megabytes:
+            import resource
 
-        limit = megabytes * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            limit = megabytes * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     return apply
 
@@ -73,7 +79,7 @@ def run_isolated(python: Path | str, name: str, args: list[str], log_path: Path,
     start = time.perf_counter()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, preexec_fn=_limit_memory(memory_limit_mb))
+                                start_new_session=True, preexec_fn=_child_setup(memory_limit_mb))
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -12,6 +12,13 @@ def run(options):
     mode = os.environ.get("MISBEHAVE", "pass")
     if mode == "pass":
         return CheckResult("misbehave", Status.PASS, "fine", metrics={"answer": 42})
+    if mode == "slow":
+        pid_file = os.environ.get("MISBEHAVE_PIDS")
+        if pid_file:
+            with open(pid_file, "a") as handle:
+                handle.write(f"{os.getpid()}\n")
+        time.sleep(float(os.environ.get("MISBEHAVE_SECONDS", "1.5")))
+        return CheckResult("misbehave", Status.PASS, "slow but fine")
     if mode == "raise":
         raise RuntimeError("the check itself is broken")
     if mode == "abort":

@@ -1,0 +1,136 @@
+"""Benchmarks (the `bench` nox session): figures go to a JSON file, never into test assertions.
+
+Measures, on the smoke cell's pins: cell-environment creation with uv cold (empty cache), with a
+warm cache, and reused (warm environment), against a plain `python -m venv` + pip environment;
+the extra disk an extra cell costs; rendering the report of 10,000 synthetic cells; each check's
+wall time in one cell; and, with --grpo, GRPO time-to-threshold against TRL (harness.bench_grpo).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import cellenv, envinfo, matrix, pipconfig
+from .results import write_json_atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _timed(argv: list[str], env: dict[str, str] | None = None) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    return round(time.perf_counter() - start, 2)
+
+
+def unshared_bytes(path: Path) -> int:
+    """Bytes only this tree holds: files hardlinked elsewhere (uv's cache) are not counted."""
+    total, seen = 0, set()
+    for root, dirs, files in os.walk(path):
+        for name in files + dirs:
+            st = os.lstat(os.path.join(root, name))
+            if st.st_ino in seen:
+                continue
+            seen.add(st.st_ino)
+            if st.st_nlink <= 1 or os.path.isdir(os.path.join(root, name)):
+                total += st.st_blocks * 512
+    return total
+
+
+def bench_environments(pins: list[str], work: Path) -> dict:
+    uv = cellenv.uv_binary()
+    uv_env = {**os.environ, **pipconfig.uv_environment()}
+    figures: dict = {"pins": pins}
+    cold_cache = {**uv_env, "UV_CACHE_DIR": str(work / "uv-cache-cold")}
+    for label, env in (("uv_cold_cache_s", cold_cache), ("uv_new_env_warm_cache_s", uv_env)):
+        target = work / label
+        figures[label] = _timed([uv, "venv", "-q", "--python", sys.executable, str(target)], env) + _timed(
+            [uv, "pip", "install", "-q", "--python", str(target / "bin" / "python"), *pins, "packaging"], env)
+    # A warm cell: what a second run of the matrix does (cellenv.build on an existing environment).
+    log = work / "setup.log"
+    cellenv.build("warm", pins, work / "envs", log)
+    start = time.perf_counter()
+    cellenv.build("warm", pins, work / "envs", log)
+    figures["uv_warm_env_reuse_s"] = round(time.perf_counter() - start, 2)
+    second = work / "envs" / "second"
+    cellenv.build("second", pins, work / "envs", log)
+    figures["extra_disk_per_extra_cell_mb"] = round(unshared_bytes(second) / 2**20, 1)
+    pip_env = work / "pip-venv"
+    figures["pip_venv_s"] = _timed([sys.executable, "-m", "venv", str(pip_env)]) + _timed(
+        [str(pip_env / "bin" / "python"), "-m", "pip", "install", "-q", *pins, "packaging"])
+    figures["pip_venv_disk_mb"] = round(unshared_bytes(pip_env) / 2**20, 1)
+    figures["warm_speedup_vs_pip"] = round(figures["pip_venv_s"] / max(figures["uv_warm_env_reuse_s"], 1e-3), 1)
+    figures["new_env_speedup_vs_pip"] = round(figures["pip_venv_s"] / figures["uv_new_env_warm_cache_s"], 1)
+    return figures
+
+
+def bench_report(cells: int) -> dict:
+    from .report import build_report, to_html, to_json, to_markdown
+    from .report.synthetic import synthetic_cells
+
+    data = synthetic_cells(cells, seed=0)
+    start = time.perf_counter()
+    report = build_report(data)
+    md, html, js = to_markdown(report), to_html(report), json.dumps(to_json(report))
+    elapsed = time.perf_counter() - start
+    return {"cells": cells, "render_s": round(elapsed, 3), "markdown_bytes": len(md.encode()),
+            "html_bytes": len(html.encode()), "json_bytes": len(js.encode())}
+
+
+def bench_checks(names: list[str], work: Path) -> dict:
+    """Wall time of each check in this environment, each in its own process as in a cell."""
+    figures = {}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for name in names:
+        result = work / f"{name}.json"
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "harness", "check", name, "--result-file", str(result)], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        status = json.loads(result.read_text())["status"] if result.exists() else "no result"
+        figures[name] = {"seconds": round(time.perf_counter() - start, 1), "status": status}
+    figures["total_s"] = round(sum(v["seconds"] for v in figures.values()), 1)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("bench/figures.json"))
+    parser.add_argument("--only", nargs="+", choices=("envs", "report", "checks", "grpo"),
+                        default=["envs", "report", "checks"])
+    parser.add_argument("--grpo", action="store_true", help="also GRPO time-to-threshold against TRL")
+    parser.add_argument("--cells", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    pins = matrix.load(ROOT / "matrices" / "cpu.toml").select(tags=["smoke"])[0].requirements
+    info = envinfo.capture()
+    figures: dict = {"date": dt.date.today().isoformat(), "machine": {
+        "cpu": info["cpu"], "cores": os.cpu_count(), "os": info["os"], "python": platform.python_version()}}
+    with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
+        work = Path(tmp)
+        if "envs" in args.only:
+            figures["environments"] = bench_environments(pins, work)
+        if "report" in args.only:
+            figures["report"] = bench_report(args.cells)
+        if "checks" in args.only:
+            from .checks import CHECKS
+
+            figures["checks_per_cell"] = bench_checks([n for n in CHECKS if n != "stack-smoke"], work)
+        if args.grpo or "grpo" in args.only:
+            out = work / "grpo.json"
+            subprocess.run([sys.executable, "-m", "harness.bench_grpo", "--out", str(out)], check=False)
+            figures["grpo_vs_trl"] = json.loads(out.read_text()) if out.exists() else {"error": "no figures"}
+        shutil.rmtree(work / "uv-cache-cold", ignore_errors=True)
+    write_json_atomic(args.out, figures)
+    print(json.dumps(figures, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

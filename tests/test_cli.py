@@ -1,0 +1,58 @@
+"""CLI exit statuses and messages: bad input 2, missing accelerator 3, no results 4."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def harness(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd or ROOT)
+
+
+def test_matrix_list_json_gives_ids_axes_tags_and_pins():
+    done = harness("matrix", "list", "matrices/cpu.toml", "--json")
+    assert done.returncode == 0
+    cells = json.loads(done.stdout)
+    assert len(cells) == 14
+    first = cells[0]
+    assert first["id"] == "fsdp-text-tf5.1.0-torch2.13.0-td0.10.0"
+    assert "transformers==5.1.0" in first["requirements"]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("run", "matrices/cpu.toml", "--checks", "vibes"), "unknown check 'vibes'"),
+    (("run", "matrices/cpu.toml", "--cells", "nope"), "no cell 'nope'"),
+    (("run", "matrices/cpu.toml", "--tags", "nope"), "no cell has tag 'nope'"),
+    (("run", "matrices/cpu.toml", "--jobs", "0"), "--jobs"),
+    (("run", "matrices/missing.toml"), "cannot read matrix file"),
+    (("check", "vibes"), "unknown check 'vibes'"),
+    (("check", "stack-smoke", "--model-config", "no-such.json"), "is not a file"),
+    (("frobnicate",), "invalid choice"),
+])
+def test_bad_input_exits_2_with_one_line(args, expected):
+    done = harness(*args)
+    assert done.returncode == 2, done.stderr
+    assert expected in done.stderr
+    assert done.stderr.strip().count("\n") == 0
+
+
+def test_an_accelerator_matrix_on_a_machine_without_it_exits_3(tmp_path):
+    from harness import devices
+
+    if devices.probe("cuda")[0]:
+        pytest.skip("this machine has a CUDA device")
+    done = harness("run", "matrices/cuda.toml", "--no-index-check", "--env-root", tmp_path / "envs")
+    assert done.returncode == 3
+    assert "needs device 'cuda'" in done.stderr and "nox -s cpu-fsdp-qwen35" in done.stderr
+    assert not (tmp_path / "envs").exists()
+
+
+def test_report_of_a_directory_without_results_exits_4(tmp_path):
+    done = harness("report", tmp_path)
+    assert done.returncode == 4
+    assert str(tmp_path) in done.stderr
