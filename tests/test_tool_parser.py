@@ -1,0 +1,152 @@
+"""The Qwen3.5 XML tool-call parser: typed values, no eval, unclosed and malformed calls, unknown tools."""
+from __future__ import annotations
+
+import builtins
+
+import pytest
+
+from trainers.patches.tool_parser import convert_value, parse, parse_message
+
+TOOLS = [
+    {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {
+        "query": {"type": "string"},
+        "limit": {"type": "integer"},
+        "threshold": {"type": "number"},
+        "exact": {"type": "boolean"},
+        "cursor": {"type": "null"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "filters": {"type": "object"},
+        "page": {"type": ["integer", "null"]},
+        "mode": {"enum": ["fast", "deep"]},
+        "code": {"type": "string"},
+    }}}},
+    {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}},  # bare spec
+]
+
+
+def call(name: str, **arguments: str) -> str:
+    params = "".join(f"<parameter={key}>\n{value}\n</parameter>\n" for key, value in arguments.items())
+    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+
+
+def test_values_are_typed_from_the_schema():
+    text = call("search", query="42", limit="10", threshold="0.5", exact="true", cursor="null",
+                tags='["a", "b"]', filters='{"lang": "en", "n": 2}', page="null", mode="deep")
+    content, calls = parse(text, TOOLS)
+    assert content == ""
+    assert calls == [{"name": "search", "arguments": {
+        "query": "42", "limit": 10, "threshold": 0.5, "exact": True, "cursor": None, "tags": ["a", "b"],
+        "filters": {"lang": "en", "n": 2}, "page": None, "mode": "deep"}}]
+
+
+@pytest.mark.parametrize(("raw", "schema", "expected"), [
+    ("-7", {"type": "integer"}, (True, -7)),
+    ("7.0", {"type": "integer"}, (False, "7.0")),
+    ("1e3", {"type": "number"}, (True, 1000.0)),
+    ("NaN", {"type": "number"}, (False, "NaN")),  # not JSON, whatever Python's json would allow
+    ("False", {"type": "boolean"}, (True, False)),
+    ("yes", {"type": "boolean"}, (False, "yes")),
+    ("3", {"type": ["integer", "string"]}, (True, 3)),
+    ("three", {"type": ["integer", "string"]}, (True, "three")),
+    ("[1, 2]", {"type": "object"}, (False, "[1, 2]")),
+    ("true", {"anyOf": [{"type": "boolean"}, {"type": "string"}]}, (True, True)),
+    ("x", {}, (True, "x")),  # no type declared: raw text
+])
+def test_convert_value(raw, schema, expected):
+    assert convert_value(raw, schema) == expected
+
+
+def test_only_the_single_format_newline_around_a_value_is_stripped():
+    text = "<tool_call>\n<function=search>\n<parameter=code>\n\n  indented\n\n</parameter>\n</function>\n</tool_call>"
+    _, calls = parse(text, TOOLS)
+    assert calls[0]["arguments"]["code"] == "\n  indented\n"
+
+
+def test_nothing_is_evaluated(monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the parser evaluated model output")
+
+    monkeypatch.setattr(builtins, "eval", forbidden)
+    monkeypatch.setattr(builtins, "exec", forbidden)
+    payload = "__import__('os').system('x')"
+    text = call("search", query=payload, limit=payload, tags=payload, filters="{'a': 1}")
+    parsed = parse_message(text, TOOLS)
+    arguments = parsed.calls[0]["arguments"]
+    assert arguments == {"query": payload, "limit": payload, "tags": payload, "filters": "{'a': 1}"}
+    assert [issue.kind for issue in parsed.issues] == ["type_mismatch"] * 3
+
+
+def test_text_before_between_and_after_calls_is_content_and_calls_keep_their_order():
+    text = ("I will look twice.\n" + call("search", query="a") + "\nthen\n" + call("get_time", zone="UTC")
+            + "\nDone.")
+    content, calls = parse(text, TOOLS)
+    assert [c["name"] for c in calls] == ["search", "get_time"]
+    assert calls[1]["arguments"] == {"zone": "UTC"}
+    assert content == "I will look twice.\n\nthen\n\nDone."
+
+
+def test_unclosed_call_at_the_end_stays_text():
+    text = "Let me see. " + call("search", query="a").removesuffix("</tool_call>")
+    parsed = parse_message(text, TOOLS)
+    assert parsed.calls == []
+    assert parsed.content == text.strip()
+    assert [i.kind for i in parsed.issues] == ["unclosed_tool_call"]
+    assert parsed.issues[0].start == text.index("<tool_call>")
+
+
+def test_a_truncated_call_after_a_complete_one():
+    text = call("search", query="a") + "\n<tool_call>\n<function=search>\n<parameter=query>\nhal"
+    parsed = parse_message(text, TOOLS)
+    assert len(parsed.calls) == 1 and parsed.content.startswith("<tool_call>\n<function=search>")
+    assert [i.kind for i in parsed.issues] == ["unclosed_tool_call"]
+
+
+@pytest.mark.parametrize("body", [
+    "\n<function=search>\n<parameter=query>\na\n</parameter>\n",  # no </function>
+    "\n<parameter=query>\na\n</parameter>\n",  # no function at all
+    "\n<function=search>\njunk<parameter=query>\na\n</parameter>\n</function>\n",  # text between tags
+    "\n<function=search>\n<parameter=query>\na\n</function>\n",  # unclosed parameter
+    "\n<function=search>\n</function>\n<function=get_time>\n</function>\n",  # two functions in one call
+    "\n<function=search>\n<parameter=query>\na\n</parameter>\n<parameter=query>\nb\n</parameter>\n</function>\n",
+    "\n<function=>\n</function>\n",  # no name
+])
+def test_malformed_blocks_stay_text_and_are_reported(body):
+    text = f"before <tool_call>{body}</tool_call> after " + call("get_time", zone="UTC")
+    parsed = parse_message(text, TOOLS)
+    assert parsed.calls == [{"name": "get_time", "arguments": {"zone": "UTC"}}]  # the good call still parses
+    assert parsed.content == f"before <tool_call>{body}</tool_call> after"
+    assert [i.kind for i in parsed.issues] == ["malformed_tool_call"]
+
+
+def test_a_call_opened_inside_another_keeps_the_first_as_text():
+    text = "<tool_call>\n<function=search>\n" + call("get_time", zone="UTC")
+    parsed = parse_message(text, TOOLS)
+    assert parsed.calls == [{"name": "get_time", "arguments": {"zone": "UTC"}}]
+    assert parsed.content == "<tool_call>\n<function=search>"
+    assert [i.kind for i in parsed.issues] == ["malformed_tool_call"]
+
+
+def test_unknown_tool_keeps_raw_string_arguments():
+    parsed = parse_message(call("delete_everything", force="true", n="3"), TOOLS)
+    assert parsed.calls == [{"name": "delete_everything", "arguments": {"force": "true", "n": "3"}}]
+    assert [i.kind for i in parsed.issues] == ["unknown_tool"]
+    assert parse(call("search", limit="3"), None)[1][0]["arguments"] == {"limit": "3"}  # no tools given
+
+
+def test_unicode_names_values_and_content():
+    text = "好的 🌤️\n" + call("search", query="東京の天気 — ☔", tags='["日本", "é"]')
+    content, calls = parse(text, TOOLS)
+    assert content == "好的 🌤️"
+    assert calls[0]["arguments"] == {"query": "東京の天気 — ☔", "tags": ["日本", "é"]}
+
+
+def test_text_without_calls_and_empty_text():
+    assert parse("  just words  ", TOOLS) == ("just words", [])
+    assert parse("", TOOLS) == ("", [])
+    assert parse("a </tool_call> b", TOOLS) == ("a </tool_call> b", [])  # a stray closing tag is text
+
+
+def test_a_value_may_contain_markup_and_the_closing_function_tag():
+    code = "if a < b:\n    print('<function=x>')\n</function>"
+    parsed = parse_message(call("search", code=code), TOOLS)
+    assert parsed.calls[0]["arguments"]["code"] == code and not parsed.issues
