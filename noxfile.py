@@ -102,7 +102,7 @@ def _dev_pins() -> list[str]:
 @nox.session(tags=["all", "tests"])
 def tests(session: nox.Session) -> None:
     """The project's tests (pytest, parallel with xdist)."""
-    session.install(*_dev_pins(), "pytest", "pytest-xdist", "nox[uv]")
+    session.install(*_dev_pins(), "pytest", "pytest-xdist", "nox[uv]", "check-jsonschema")
     _install_harness(session)
     args = session.posargs or ["-n", "2", "--dist", "loadfile"]
     # pytest exits 5 when a selection collects no test (e.g. `nox -s tests -- -k nothing`): not a failure.

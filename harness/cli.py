@@ -67,6 +67,17 @@ def _parser() -> argparse.ArgumentParser:
                      help="print one format to stdout instead of writing report.{md,html,json}")
 
     sub.add_parser("envinfo", help="print this environment's capture as JSON")
+
+    gha = sub.add_parser("ci", help="GitHub Actions helpers").add_subparsers(dest="action", required=True,
+                                                                            parser_class=_Parser)
+    jm = gha.add_parser("matrix", help="job matrix JSON from a `nox -l --json -t cell` listing")
+    jm.add_argument("listing", type=Path)
+    jm.add_argument("--matrices", type=Path, default=Path("matrices"))
+    jm.add_argument("--container", choices=("yes", "no", "any"), default="any",
+                    help="only cells that run in a container image (yes), only those that do not (no)")
+    sm = gha.add_parser("summary", help="print a report's Markdown cut below GitHub's 1 MiB summary limit")
+    sm.add_argument("markdown", type=Path)
+    sm.add_argument("--link", required=True, help="where the full report is published")
     return top
 
 
@@ -166,7 +177,22 @@ def cmd_envinfo(args) -> int:
     return 0
 
 
-COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo}
+def cmd_ci(args) -> int:
+    from . import ci
+
+    if args.action == "matrix":
+        container = {"yes": True, "no": False, "any": None}[args.container]
+        print(ci.main_matrix(args.listing, args.matrices, container))
+        return 0
+    try:
+        text = args.markdown.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{args.markdown}: cannot read ({exc.strerror})") from None
+    sys.stdout.write(ci.cut_summary(text, args.link))
+    return 0
+
+
+COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo, "ci": cmd_ci}
 
 
 def _interrupt_on_sigterm() -> None:

@@ -20,9 +20,9 @@ from .checks import CHECKS
 from .errors import InputError
 from .rules import KnownFailure, Note, RuleError, Selector, TagRule
 
-TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "known_failures", "notes"}
+TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "runners", "known_failures", "notes"}
 MATRIX_KEYS = {"name", "description", "checks", "timeout", "runner", "python", "memory_limit_mb"}
-RULE_KEYS = {"tags": {"tag", "when"}, "known_failures": {"check", "verdict", "when", "reason", "link", "expires"},
+RULE_KEYS = {"tags": {"tag", "when"}, "runners": {"label", "when"}, "known_failures": {"check", "verdict", "when", "reason", "link", "expires"},
              "notes": {"text", "when"}}
 
 
@@ -34,6 +34,7 @@ class Cell:
     tags: tuple[str, ...]
     checks: tuple[str, ...]
     known_failures: tuple[KnownFailure, ...] = ()
+    runner: str = ""  # the CI runner label this cell needs (matrix default, or a [[runners]] rule)
 
     @property
     def requirements(self) -> list[str]:
@@ -212,6 +213,19 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
             raise ld.error(f"tags[{i}]", f"tag {tag!r} matches no cell ({rule.when.describe()})")
         tag_rules.append(rule)
 
+    runner_rules = []
+    for i, entry in enumerate(ld.rules(data, "runners")):
+        label = entry.get("label")
+        if not isinstance(label, str) or not ax.TAG_RE.match(label):
+            raise ld.error(f"runners[{i}].label", "expected a runner label of letters, digits, '.', '_' or '-'")
+        rule = TagRule(label, ld.selector(entry.get("when"), f"runners[{i}].when"))
+        if not any(rule.when.matches(a) for a in combos.values()):
+            raise ld.error(f"runners[{i}]", f"runner {label!r} matches no cell ({rule.when.describe()})")
+        runner_rules.append(rule)
+    default_runner = str(meta.get("runner", ""))
+    if default_runner and not ax.TAG_RE.match(default_runner):
+        raise ld.error("matrix.runner", "expected a runner label of letters, digits, '.', '_' or '-'")
+
     known = [_known_failure(ld, entry, i, combos) for i, entry in enumerate(ld.rules(data, "known_failures"))]
     notes = []
     for i, entry in enumerate(ld.rules(data, "notes")):
@@ -223,10 +237,11 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
     cells = []
     for cid, axes in combos.items():
         tags = {name, axes["backend"], axes["model"], axes["device"]} | {r.tag for r in tag_rules if r.when.matches(axes)}
+        runner = next((r.tag for r in reversed(runner_rules) if r.when.matches(axes)), default_runner)
         cells.append(Cell(name, cid, axes, tuple(sorted(tags)), tuple(checks),
-                          tuple(k for k in known if k.when.matches(axes))))
+                          tuple(k for k in known if k.when.matches(axes)), runner))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
-                  str(meta.get("runner", "")), meta.get("python"), memory, cells, notes)
+                  default_runner, meta.get("python"), memory, cells, notes)
 
 
 def _known_failure(ld: _Loader, entry: dict, i: int, combos: dict[str, dict[str, str]]) -> KnownFailure:
