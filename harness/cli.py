@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--steps", type=int, default=None)
     run.add_argument("--timeout", type=float, default=None, help="seconds per check (default: the matrix's)")
+    run.add_argument("--retries", type=int, default=2, help="extra tries after an infra failure or a crash")
     run.add_argument("--no-index-check", action="store_true", help="do not ask the index whether releases exist")
     run.add_argument("--no-report", action="store_true", help="do not render the report after the run")
 
@@ -103,6 +104,8 @@ def cmd_run(args) -> int:
         raise InputError(f"--checks: unknown check {unknown[0]!r}; expected one of {', '.join(checks.CHECKS)}")
     if args.jobs < 1:
         raise InputError("--jobs: expected a whole number of at least 1")
+    if not 0 <= args.retries <= 10:
+        raise InputError("--retries: expected a whole number from 0 to 10")
     cells = m.select(args.cells, args.tags)
     for device in sorted({c.axes["device"] for c in cells}):
         devices.require(device, f"matrix {m.path.name}")
@@ -115,7 +118,8 @@ def cmd_run(args) -> int:
         index.check_releases(wanted, str(m.path))
     out = args.out or Path("reports") / m.name
     opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=args.jobs, redo=args.redo,
-                      checks=tuple(args.checks or ()), seed=args.seed, steps=args.steps, timeout=args.timeout)
+                      checks=tuple(args.checks or ()), seed=args.seed, steps=args.steps, timeout=args.timeout,
+                      retries=args.retries)
     print(f"matrix {m.name}: {len(cells)} cells, checks {', '.join(opts.checks or m.checks)} -> {out}",
           file=sys.stderr)
     run_matrix(m, cells, opts)

@@ -33,6 +33,22 @@ class Status(str, enum.Enum):
         return self in (Status.FAIL, Status.TIMEOUT, Status.CRASH, Status.ERROR)
 
 
+FAILURE_CLASSES = ("test", "infra", "timeout", "crash")
+
+
+def classify(status: Status, infra: bool = False) -> str | None:
+    """The failure class of an outcome: who has to act on it. None for pass, affected and skip."""
+    if status is Status.TIMEOUT:
+        return "timeout"
+    if status is Status.CRASH:
+        return "crash"
+    if infra:
+        return "infra"
+    if status in (Status.FAIL, Status.ERROR, Status.XFAIL):
+        return "test"
+    return None
+
+
 @dataclass
 class Verdict:
     """One named sub-result of a check (for example the upstream and trainer offload verdicts)."""
@@ -66,6 +82,9 @@ class CheckResult:
     log: str | None = None  # relative to the report directory
     known_failure: dict[str, Any] | None = None  # the matrix entry that turned a failure into xfail
     original_status: Status | None = None  # the status before a known failure was applied
+    failure_class: str | None = None  # test | infra | timeout | crash, for every non-pass outcome
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # earlier tries: status and reason
+    flaky: bool = False  # failed, then passed on a retry: never shown as a plain pass
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -87,6 +106,9 @@ class CheckResult:
             log=data.get("log"),
             known_failure=data.get("known_failure"),
             original_status=Status(original) if original else None,
+            failure_class=data.get("failure_class"),
+            attempts=list(data.get("attempts") or []),
+            flaky=bool(data.get("flaky", False)),
         )
 
 

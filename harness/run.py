@@ -16,7 +16,10 @@ from pathlib import Path
 from . import cellenv, checks, runner
 from .matrix import Cell, Matrix
 from .progress import Progress
-from .results import CellResult, CheckResult, Status, load_cell, write_json_atomic
+from .results import CellResult, CheckResult, Status, classify, load_cell, write_json_atomic
+
+# uv's words when the pins cannot be installed together: a finding about the stack, not infra.
+UNRESOLVABLE = ("No solution found", "unsatisfiable")
 
 
 @dataclass
@@ -29,6 +32,7 @@ class RunOptions:
     seed: int = 0
     steps: int | None = None
     timeout: float | None = None  # overrides the matrix's per-check timeout
+    retries: int = 2  # extra tries for infra failures (setup) and crashes; each try's reason is kept
     progress: Progress | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -89,15 +93,25 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions) -> CellResult:
                         setup_log=str(rel / "logs" / "setup.log"))
     setup_log = opts.out_dir / result.setup_log
     setup_log.unlink(missing_ok=True)
-    try:
-        env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, matrix.python)
-        (cell_dir / "lock.txt").write_text(cellenv.freeze(env))
+    env, attempts, failure = None, [], "infra"
+    for _ in range(opts.retries + 1):
+        try:
+            env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, matrix.python)
+            (cell_dir / "lock.txt").write_text(cellenv.freeze(env))
+            break
+        except cellenv.SetupFailed as exc:
+            failure = "test" if any(word in str(exc) for word in UNRESOLVABLE) else "infra"
+            attempts.append({"status": Status.ERROR.value, "failure_class": failure, "reason": str(exc)[-1500:]})
+            env = None
+            if failure == "test":
+                break  # the pins conflict: trying again cannot help
+    if env is None:
+        what = "the pins cannot be installed together" if failure == "test" else "environment setup failed"
+        result.checks = [CheckResult(name, Status.ERROR, f"{what}: {attempts[-1]['reason']}", log=result.setup_log,
+                                     failure_class=failure, attempts=attempts[:-1]) for name in wanted]
+    else:
         result.lock = str(rel / "lock.txt")
         result.environment = _capture(env, opts)
-    except cellenv.SetupFailed as exc:
-        result.checks = [CheckResult(name, Status.ERROR, f"environment setup failed: {exc}", log=result.setup_log)
-                         for name in wanted]
-    else:
         for name in wanted:
             result.checks.append(_one_check(name, cell, matrix, env, opts, rel))
     result.finished, result.duration = _now(), round(time.perf_counter() - start, 3)
@@ -111,11 +125,21 @@ def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts
         return CheckResult(name, Status.SKIP, f"not applicable to backend {cell.axes['backend']}")
     log = rel / "logs" / f"{name}.log"
     timeout = opts.timeout or matrix.timeout or spec.timeout
-    outcome = runner.run_isolated(env.python, name, _check_args(cell, opts), opts.out_dir / log, timeout,
-                                  env.run_env({**opts.extra_env, "HARNESS_DEVICE": cell.axes["device"]}),
-                                  matrix.memory_limit_mb)
+    attempts: list[dict] = []
+    for attempt in range(opts.retries + 1):
+        outcome = runner.run_isolated(env.python, name, _check_args(cell, opts), opts.out_dir / log, timeout,
+                                      env.run_env({**opts.extra_env, "HARNESS_DEVICE": cell.axes["device"]}),
+                                      matrix.memory_limit_mb)
+        if outcome.status is not Status.CRASH or attempt == opts.retries:
+            break
+        # A crash may be the runner's (a neighbour took the memory): try again, keep why.
+        attempts.append({"status": outcome.status.value, "failure_class": "crash", "reason": outcome.message[-1500:]})
     outcome.log = str(log)
-    return apply_known_failures(outcome, cell)
+    outcome.attempts = attempts
+    outcome.flaky = bool(attempts) and not outcome.status.is_failure
+    outcome = apply_known_failures(outcome, cell)
+    outcome.failure_class = classify(outcome.original_status or outcome.status)
+    return outcome
 
 
 def _capture(env: cellenv.CellEnv, opts: RunOptions) -> dict:

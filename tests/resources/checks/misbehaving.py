@@ -19,6 +19,12 @@ def run(options):
                 handle.write(f"{os.getpid()}\n")
         time.sleep(float(os.environ.get("MISBEHAVE_SECONDS", "1.5")))
         return CheckResult("misbehave", Status.PASS, "slow but fine")
+    if mode == "crash-once":
+        marker = os.environ["MISBEHAVE_MARKER"]
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os.abort()
+        return CheckResult("misbehave", Status.PASS, "passed on a retry")
     if mode == "raise":
         raise RuntimeError("the check itself is broken")
     if mode == "abort":
