@@ -102,6 +102,24 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
     return env
 
 
+def build_from_lock(name: str, lock: Path, env_root: Path, log_path: Path, python: str | None = None) -> CellEnv:
+    """An environment with exactly the packages of a recorded lock (`uv pip sync`), for repro."""
+    env = CellEnv(Path(env_root) / name)
+    uv = uv_binary()
+    uv_env = {**os.environ, **pipconfig.uv_environment()}
+    uv_env.pop("VIRTUAL_ENV", None)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        try:
+            _run_logged([uv, "venv", "--quiet", "--clear", "--python", python or sys.executable, str(env.path)], log,
+                        uv_env)
+            _run_logged([uv, "pip", "sync", "--python", str(env.python), str(lock)], log, uv_env)
+        except SetupFailed as exc:
+            log.flush()
+            raise SetupFailed(f"{exc}: {tail(log_path)}") from exc
+    return env
+
+
 def freeze(env: CellEnv) -> str:
     """The resolved lock of the environment (`uv pip freeze`), for the report and for repro."""
     done = subprocess.run([uv_binary(), "pip", "freeze", "--python", str(env.python)], capture_output=True,

@@ -69,6 +69,24 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("envinfo", help="print this environment's capture as JSON")
 
+    rp = sub.add_parser("repro", help="rebuild a cell's exact environment from its lock and rerun one check")
+    rp.add_argument("cell")
+    rp.add_argument("--check", required=True)
+    rp.add_argument("--dir", type=Path, action="append", default=None, help="results directory (default: reports/)")
+    rp.add_argument("--env-root", type=Path, default=Path(".harness/repro-envs"))
+    rp.add_argument("--json", action="store_true")
+
+    bs = sub.add_parser("bisect", help="find the first release where a check's verdict changes")
+    bs.add_argument("--package", required=True, help="transformers, tensordict, torch, vllm, ...")
+    bs.add_argument("--good", required=True)
+    bs.add_argument("--bad", required=True)
+    bs.add_argument("--check", required=True)
+    bs.add_argument("--verdict", default=None, help="one verdict of the check, e.g. upstream")
+    bs.add_argument("--cell-template", default=None, metavar="ID")
+    bs.add_argument("--matrix", type=Path, default=Path("matrices/cpu.toml"))
+    bs.add_argument("--out", type=Path, default=None)
+    bs.add_argument("--env-root", type=Path, default=Path(os.environ.get("HARNESS_ENV_ROOT", ".harness/envs")))
+
     gha = sub.add_parser("ci", help="GitHub Actions helpers").add_subparsers(dest="action", required=True,
                                                                             parser_class=_Parser)
     jm = gha.add_parser("matrix", help="job matrix JSON from a `nox -l --json -t cell` listing")
@@ -181,6 +199,40 @@ def cmd_envinfo(args) -> int:
     return 0
 
 
+def cmd_repro(args) -> int:
+    from .repro import repro
+
+    if args.check not in checks.CHECKS:
+        raise InputError(f"--check: unknown check {args.check!r}; expected one of {', '.join(checks.CHECKS)}")
+    result = repro(args.cell, args.check, args.dir or [Path("reports")], args.env_root)
+    print(json.dumps(result.to_dict(), indent=1) if args.json else f"{args.cell} {result.check}: "
+          f"{result.status.value} - {result.message}")
+    return 1 if result.status.is_failure else 0
+
+
+def cmd_bisect(args) -> int:
+    from .bisect import default_out, run_bisect
+    from .run import RunOptions, run_cell
+
+    if args.check not in checks.CHECKS:
+        raise InputError(f"--check: unknown check {args.check!r}; expected one of {', '.join(checks.CHECKS)}")
+    m = matrix.load(args.matrix)
+    out = args.out or default_out(args.package, args.good, args.bad)
+    opts = RunOptions(out_dir=out, env_root=args.env_root, checks=(args.check,))
+
+    def run_one(cell):
+        print(f"bisect: running {cell.id}", file=sys.stderr)
+        return run_cell(cell, m, opts)
+
+    result = run_bisect(m, args.package, args.good, args.bad, args.check, args.verdict, args.cell_template, run_one)
+    write_json_atomic(out / "bisect.json", {"package": result.package, "check": result.check,
+                                            "first_changed": str(result.first_changed or ""),
+                                            "last_same": str(result.last_same or ""), "verdicts": result.verdicts,
+                                            "cells": result.cells})
+    print(result.summary())
+    return 0 if result.first_changed is not None else 1
+
+
 def cmd_ci(args) -> int:
     from . import ci
 
@@ -196,7 +248,8 @@ def cmd_ci(args) -> int:
     return 0
 
 
-COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo, "ci": cmd_ci}
+COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo, "ci": cmd_ci,
+            "repro": cmd_repro, "bisect": cmd_bisect}
 
 
 def _interrupt_on_sigterm() -> None:

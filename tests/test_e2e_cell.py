@@ -37,6 +37,16 @@ def test_real_cells_end_to_end(tmp_path):
     assert OLD in report or "5.1.0" in report
     assert (out / "report.html").exists() and json.loads((out / "report.json").read_text())["schema_version"]
 
+    # The repro command rebuilds the cell from its lock and reruns the check.
+    repro = subprocess.run([sys.executable, "-m", "harness", "repro", NEW, "--check", "stack-smoke", "--dir", str(out),
+                            "--env-root", str(tmp_path / "repro-envs"), "--json"], capture_output=True, text=True,
+                           cwd=ROOT, timeout=900)
+    assert repro.returncode == 0, repro.stderr[-2000:]
+    assert json.loads(repro.stdout)["status"] == "pass"
+    assert "transformers==5.23.0" in subprocess.run(
+        [str(tmp_path / "repro-envs" / NEW / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
+        capture_output=True, text=True).stdout or (tmp_path / "repro-envs" / NEW).exists()
+
     # A second run reuses the finished cells: their files are not rewritten.
     before = (out / "cells" / f"{NEW}.json").stat().st_mtime_ns
     again = run(out, envs, "--no-report")

@@ -1,0 +1,144 @@
+"""First bad release: `python -m harness bisect --package transformers --good 5.3.0 --bad 5.9.0
+--check NAME [--verdict NAME] [--cell-template ID]`.
+
+Lists the releases between the two from the package index, builds a cell for each from a
+template cell (its other pins kept), and bisects to the first release where the check's verdict
+differs from the good end's, running only O(log n) cells. Works for any package axis.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from packaging.version import InvalidVersion, Version
+
+from . import axes as ax
+from .errors import InputError
+from .index import PackageIndex
+from .matrix import Cell, Matrix
+from .results import CellResult
+
+
+def package_axis(package: str) -> str:
+    """The matrix axis of a package given by axis name or distribution name."""
+    for axis, dist in ax.PACKAGE_AXES.items():
+        if package in (axis, dist):
+            return axis
+    raise InputError(f"--package: {package!r} is not a package axis; expected one of "
+                     f"{', '.join(ax.PACKAGE_AXES.values())}")
+
+
+def releases_between(index: PackageIndex, distribution: str, good: str, bad: str) -> list[Version]:
+    """Final releases from good to bad inclusive, oldest first; both ends must exist."""
+    try:
+        lo, hi = Version(good), Version(bad)
+    except InvalidVersion as exc:
+        raise InputError(f"--good/--bad: {exc}") from None
+    available = index.versions(distribution)
+    if not available:
+        raise InputError(f"--package: {distribution!r} not found on {index.url}")
+    for end, value in (("--good", lo), ("--bad", hi)):
+        if not index.has(distribution, str(value)):
+            raise InputError(f"{end}: {distribution} {value} is not a release on {index.url}")
+    if lo == hi:
+        raise InputError(f"--good and --bad are the same release ({lo}): nothing to bisect")
+    lo, hi = min(lo, hi), max(lo, hi)
+    public = sorted({Version(v.public) for v in available if not v.is_prerelease and not v.is_devrelease})
+    return [v for v in public if lo <= v <= hi]
+
+
+@dataclass
+class Bisection:
+    package: str
+    check: str
+    first_changed: Version | None
+    last_same: Version | None
+    verdicts: dict[str, str] = field(default_factory=dict)  # version -> verdict, for every cell run
+    cells: dict[str, str] = field(default_factory=dict)  # version -> cell id
+
+    def summary(self) -> str:
+        tried = ", ".join(f"{v}: {s}" for v, s in sorted(self.verdicts.items(), key=lambda kv: Version(kv[0])))
+        if self.first_changed is None:
+            return f"{self.check}: the verdict does not change between the ends ({tried})"
+        return (f"{self.check}: first {self.package} release with a different verdict is {self.first_changed} "
+                f"(last like the good end: {self.last_same}); evidence: {tried}")
+
+
+def bisect(versions: list[Version], verdict_of: Callable[[Version], str], package: str = "",
+           check: str = "") -> Bisection:
+    """Binary search for the first version whose verdict differs from versions[0]'s.
+
+    Assumes one change in the range (a regression or a fix); `verdict_of` is called at most
+    2 + ceil(log2(n)) times.
+    """
+    if len(versions) < 2:
+        raise InputError("a bisect range needs at least two releases")
+    seen: dict[str, str] = {}
+
+    def verdict(v: Version) -> str:
+        if str(v) not in seen:
+            seen[str(v)] = verdict_of(v)
+        return seen[str(v)]
+
+    good = verdict(versions[0])
+    if verdict(versions[-1]) == good:
+        return Bisection(package, check, None, None, seen)
+    lo, hi = 0, len(versions) - 1  # verdict(lo) == good, verdict(hi) != good
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if verdict(versions[mid]) == good:
+            lo = mid
+        else:
+            hi = mid
+    return Bisection(package, check, versions[hi], versions[lo], seen)
+
+
+def cell_for(template: Cell, axis: str, version: Version) -> Cell:
+    axes_values = {**template.axes, axis: str(version)}
+    return Cell(template.matrix, ax.cell_id(axes_values), axes_values, template.tags, template.checks,
+                template.known_failures, template.runner)
+
+
+def verdict_text(result: CellResult, check: str, verdict: str | None) -> str:
+    outcome = result.check(check)
+    if outcome is None:
+        return "missing"
+    if verdict is None:
+        return outcome.status.value
+    match = next((v for v in outcome.verdicts if v.name == verdict), None)
+    return match.status.value if match else f"no verdict {verdict!r} ({outcome.status.value})"
+
+
+def template_cell(m: Matrix, axis: str, cell_id: str | None) -> Cell:
+    if cell_id:
+        return m.select(ids=[cell_id])[0]
+    for cell in m.cells:
+        if axis in cell.axes and "smoke" in cell.tags:
+            return cell
+    for cell in m.cells:
+        if axis in cell.axes:
+            return cell
+    raise InputError(f"{m.path}: no cell has the axis {axis!r}; pass --cell-template")
+
+
+def run_bisect(m: Matrix, package: str, good: str, bad: str, check: str, verdict: str | None,
+               template_id: str | None, run_one: Callable[[Cell], CellResult],
+               index: PackageIndex | None = None) -> Bisection:
+    axis = package_axis(package)
+    template = template_cell(m, axis, template_id)
+    versions = releases_between(index or PackageIndex(), ax.PACKAGE_AXES[axis], good, bad)
+    cells: dict[str, str] = {}
+
+    def verdict_of(version: Version) -> str:
+        cell = cell_for(template, axis, version)
+        cells[str(version)] = cell.id
+        return verdict_text(run_one(cell), check, verdict)
+
+    result = bisect(versions, verdict_of, ax.PACKAGE_AXES[axis], check + (f"/{verdict}" if verdict else ""))
+    result.cells = cells
+    return result
+
+
+def default_out(package: str, good: str, bad: str) -> Path:
+    return Path("reports") / f"bisect-{package}-{good}-{bad}"

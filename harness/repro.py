@@ -1,0 +1,43 @@
+"""One command per cell and check that rebuilds the cell's exact environment from its recorded
+lock and reruns the check: `python -m harness repro CELL_ID --check NAME`."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from . import cellenv, runner
+from .errors import InputError
+from .results import CheckResult, load_cell
+
+
+def command(cell_id: str, check: str, results_dir: str | None = None) -> str:
+    """The repro command the report shows for one entry (quoted for a POSIX shell)."""
+    parts = ["python", "-m", "harness", "repro", cell_id, "--check", check]
+    if results_dir:
+        parts += ["--dir", results_dir]
+    return shlex.join(parts)
+
+
+def find_cell(cell_id: str, search: list[Path]) -> Path:
+    hits = [p for d in search for p in sorted(Path(d).glob(f"**/cells/{cell_id}.json"))]
+    if not hits:
+        raise InputError(f"no result for cell {cell_id!r} under {', '.join(map(str, search))}; pass --dir")
+    if len({p.resolve() for p in hits}) > 1:
+        raise InputError(f"cell {cell_id!r} has results in several places ({hits[0]}, {hits[1]}); pass --dir")
+    return hits[0]
+
+
+def repro(cell_id: str, check: str, search: list[Path], env_root: Path, timeout: float = 1800) -> CheckResult:
+    path = find_cell(cell_id, search)
+    try:
+        cell = load_cell(path)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    report_dir = path.parent.parent
+    if not cell.lock or not (report_dir / cell.lock).is_file():
+        raise InputError(f"{path}: no lock file recorded for cell {cell_id} (its environment never installed)")
+    work = env_root.parent / "repro" / cell_id
+    env = cellenv.build_from_lock(cell_id, report_dir / cell.lock, env_root, work / "setup.log")
+    args = ["--model", cell.axes.get("model", "text"), "--backend", cell.axes.get("backend", "fsdp")]
+    return runner.run_isolated(env.python, check, args, work / f"{check}.log", timeout,
+                               env.run_env({"HARNESS_DEVICE": cell.axes.get("device", "cpu")}))
