@@ -1,0 +1,90 @@
+"""Patched against stock: the same tiny model, the same inputs, outputs and gradients compared.
+
+The default probe compares logits and the gradients of a fixed random projection of them. A
+patch that changes what the forward returns (the fused log-prob forward) has its own probe:
+log-probs and entropies at a temperature, against log_softmax of the stock logits.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from harness.results import Status, Verdict
+from trainers.patches.base import Patch
+from trainers.patches.fused_logprob import reference_logprobs_and_entropy
+
+from .parity_inputs import Models, Tolerance, cotangent, grad_error, gradients, kinds_touched, max_abs, model_inputs
+
+FUSED_TEMPERATURE = 0.7  # not 1.0, so a temperature that is ignored shows
+
+
+def _logits_probe(model, inputs, seed: int):
+    logits = model(**inputs, use_cache=False).logits
+    (logits.float() * cotangent(logits.shape, seed + 1)).sum().backward()
+    return {"logits": logits.detach()}, gradients(model)
+
+
+def stock_fused_probe(model, inputs, seed: int):
+    """log_softmax / entropy of the stock logits at FUSED_TEMPERATURE, with gradients."""
+    logits = model(**inputs, use_cache=False).logits[:, :-1]
+    logprobs, entropy = reference_logprobs_and_entropy(logits, inputs["input_ids"][:, 1:], FUSED_TEMPERATURE)
+    _backward_logprob_loss(logprobs, entropy, seed)
+    return {"logprobs": logprobs.detach(), "entropy": entropy.detach()}, gradients(model)
+
+
+def patched_fused_probe(model, inputs, seed: int):
+    out = model(**inputs, return_logprobs=True, temperature=FUSED_TEMPERATURE)
+    _backward_logprob_loss(out.log_probs, out.entropy, seed)
+    return {"logprobs": out.log_probs.detach(), "entropy": out.entropy.detach()}, gradients(model)
+
+
+def _backward_logprob_loss(logprobs, entropy, seed: int) -> None:
+    ((logprobs * cotangent(logprobs.shape, seed + 1)).sum()
+     + (entropy * cotangent(entropy.shape, seed + 2)).sum()).backward()
+
+
+Probe = Callable[..., tuple[dict[str, torch.Tensor], dict]]
+# patch-name prefix -> (stock probe, patched probe); every other patch uses the logits probe on both sides.
+PROBES: dict[str, tuple[Probe, Probe]] = {"fused-logprob": (stock_fused_probe, patched_fused_probe)}
+
+
+def _probes(patch: Patch) -> tuple[Probe, Probe]:
+    return PROBES.get(patch.name.split(":")[0], (_logits_probe, _logits_probe))
+
+
+def compare_patch(patch: Patch, models: Models, tolerances: dict[str, Tolerance], seed: int,
+                  kinds=None) -> Verdict:
+    """One verdict per patch: every (model kind it touches) x (dtype) cell within tolerance."""
+    name = f"patched-vs-stock:{patch.name}"
+    applicable, reason = patch.applicable()
+    if not applicable:
+        return Verdict(name, Status.SKIP, f"not applicable: {reason}")
+    touched = kinds_touched(patch, models, kinds or ("text", "vl", "moe"))
+    if not touched:
+        return Verdict(name, Status.SKIP, "not exercised: no tiny model of the zoo runs through its target")
+    stock_probe, patched_probe = _probes(patch)
+    metrics, failures = {}, []
+    for kind in touched:
+        for dtype, tol in tolerances.items():
+            model = models.get(kind, dtype)
+            inputs = model_inputs(model, kind, seed)
+            want, want_grads = stock_probe(model, inputs, seed)
+            with patch.applied_context():
+                got, got_grads = patched_probe(model, inputs, seed)
+            cell = {f"{key}_max_abs_err": max_abs(got[key], want[key]) for key in want}
+            cell["grad_rel_err"], worst = grad_error(want_grads, got_grads)
+            metrics[f"{kind}/{dtype}"] = cell
+            output_err = max(v for k, v in cell.items() if k.endswith("_max_abs_err"))
+            if output_err > tol.output:
+                failures.append(f"{kind}/{dtype}: output error {output_err:.3g} > {tol.output:g}")
+            if cell["grad_rel_err"] > tol.grad:
+                failures.append(f"{kind}/{dtype}: gradient error {cell['grad_rel_err']:.3g} > {tol.grad:g} ({worst})")
+    if failures:
+        return Verdict(name, Status.FAIL, "; ".join(failures), metrics)
+    return Verdict(name, Status.PASS, f"matches stock on {', '.join(touched)} in {', '.join(tolerances)}", metrics)
+
+
+def patched_vs_stock_verdicts(patches: list[Patch], models: Models, tolerances: dict[str, Tolerance],
+                              seed: int = 0, kinds=None) -> list[Verdict]:
+    return [compare_patch(p, models, tolerances, seed, kinds) for p in patches]
