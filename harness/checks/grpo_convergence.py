@@ -1,0 +1,241 @@
+"""grpo-convergence: a short GRPO run on a tiny Qwen3.5 model must learn, and follow its reference.
+
+The FSDP trainer runs with 2 ranks on CPU under torch.distributed.run for the reference's
+number of steps and seed. Three verdicts:
+- threshold: the final reward (mean of the last `final_window` steps) exceeds `threshold`;
+- gain: final minus initial reward (mean of the first `initial_window` steps) >= `margin`;
+- band: the reward curve, smoothed by a moving average of `smooth` steps, stays within `band`
+  of the smoothed reference curve at every step (only when seed, steps and model config match
+  the reference's, otherwise `skip`).
+All tolerances live in trainers/references/grpo_<backend>_<model>.json. That file is rewritten
+only by `python -m harness.checks.grpo_convergence --regenerate --model text`, which records
+the versions and the command it was made with.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..results import CheckResult, Status, Verdict, write_json_atomic
+from . import CheckOptions
+
+NAME = "grpo-convergence"
+REFERENCES = Path(__file__).resolve().parents[2] / "trainers" / "references"
+TRAINER_MODULES = {"fsdp": "trainers.fsdp"}  # backend -> module taking the same flags
+NPROC = 2
+RUN_TIMEOUT = 800.0  # seconds; below the registry's 900 s for this check
+# Used only when a reference file is first created; afterwards the file is the authority.
+DEFAULT_TOLERANCES = {"threshold": 0.6, "margin": 0.3, "band": 0.07, "smooth": 3, "final_window": 3,
+                      "initial_window": 3}
+
+
+def reference_path(backend: str, model: str) -> Path:
+    return REFERENCES / f"grpo_{backend}_{model}.json"
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over up to `window` steps (the first steps average what exists)."""
+    out = []
+    for index in range(len(values)):
+        part = values[max(0, index - window + 1): index + 1]
+        out.append(sum(part) / len(part))
+    return out
+
+
+def trainer_command(backend: str, model: str, steps: int, seed: int, metrics: Path, args: dict,
+                    model_config: Path | None = None) -> list[str]:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NPROC),
+               "-m", TRAINER_MODULES[backend], "--model", model, "--steps", str(steps), "--seed", str(seed),
+               "--device", "cpu", "--metrics", str(metrics)]
+    if model_config is not None:
+        command += ["--model-config", str(model_config)]
+    for key, value in args.items():
+        command += [f"--{key.replace('_', '-')}", str(value)]
+    return command
+
+
+def run_trainer(command: list[str], log: Path, timeout: float = RUN_TIMEOUT) -> tuple[int | None, float]:
+    """Run the trainer, its output to `log`; (exit code or None on timeout, seconds)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    started = time.perf_counter()
+    with log.open("w", encoding="utf-8") as handle:
+        handle.write(" ".join(command) + "\n")
+        handle.flush()
+        try:
+            code = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env,
+                                  timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    return code, time.perf_counter() - started
+
+
+def evaluate(records: list[dict], reference: dict, comparable: bool = True) -> tuple[Status, str, dict, list[Verdict]]:
+    """The verdicts for a run's per-step records against a reference (pure: tests call it)."""
+    curve = [float(r["reward_mean"]) for r in records]
+    ref_curve = [float(v) for v in reference["curve"]]
+    final_window, initial_window = int(reference["final_window"]), int(reference["initial_window"])
+    final = sum(curve[-final_window:]) / len(curve[-final_window:])
+    initial = sum(curve[:initial_window]) / len(curve[:initial_window])
+    gain = final - initial
+    smooth = int(reference["smooth"])
+    run_smooth, ref_smooth = moving_average(curve, smooth), moving_average(ref_curve, smooth)
+    deviations = [abs(a - b) for a, b in zip(run_smooth, ref_smooth)]
+    max_deviation = max(deviations) if deviations else float("nan")
+    worst_step = deviations.index(max_deviation) if deviations else None
+    metrics = {"reward_curve": curve, "reference_curve": ref_curve, "band": reference["band"],
+               "smooth": smooth, "final_reward": final, "initial_reward": initial, "gain": gain,
+               "max_deviation": max_deviation, "worst_step": worst_step, "steps": len(curve),
+               "threshold": reference["threshold"], "margin": reference["margin"], "per_step": records}
+    verdicts = [
+        Verdict("threshold", Status.PASS if final > reference["threshold"] else Status.FAIL,
+                f"final reward {final:.3f} vs threshold {reference['threshold']}"),
+        Verdict("gain", Status.PASS if gain >= reference["margin"] else Status.FAIL,
+                f"gain {gain:.3f} ({initial:.3f} -> {final:.3f}) vs margin {reference['margin']}"),
+    ]
+    if not comparable or len(curve) != len(ref_curve):
+        verdicts.append(Verdict("band", Status.SKIP, "seed, steps or model config differ from the reference's"))
+    else:
+        inside = max_deviation <= reference["band"]
+        verdicts.append(Verdict("band", Status.PASS if inside else Status.FAIL,
+                                f"max deviation {max_deviation:.3f} at step {worst_step} "
+                                f"(moving average of {smooth}) vs band {reference['band']}"))
+    failed = [v for v in verdicts if v.status is Status.FAIL]
+    status = Status.FAIL if failed else Status.PASS
+    message = "; ".join(v.message for v in (failed or verdicts))
+    return status, message, metrics, verdicts
+
+
+def _unavailable(model: str) -> str | None:
+    from trainers.models import Qwen35Unavailable, default_config
+
+    try:
+        default_config(model)
+    except Qwen35Unavailable as exc:
+        return str(exc).split(":")[0]
+    return None
+
+
+def run_with(options: CheckOptions, trainer_args: dict | None = None, reference: dict | None = None) -> CheckResult:
+    """`run` with extra trainer flags (e.g. {"lr": 0}) or another reference (tests use both)."""
+    missing = _unavailable(options.model)
+    if missing:
+        return CheckResult(NAME, Status.SKIP, missing, metrics={"qwen35_available": False})
+    if options.backend not in TRAINER_MODULES:
+        return CheckResult(NAME, Status.SKIP, f"no GRPO trainer for backend {options.backend!r} yet")
+    if reference is None:
+        path = reference_path(options.backend, options.model)
+        if not path.exists():
+            return CheckResult(NAME, Status.SKIP, f"no reference curve {path.name}; make one with --regenerate")
+        reference = json.loads(path.read_text(encoding="utf-8"))
+    steps = options.steps or int(reference["steps"])
+    args = {**reference.get("trainer_args", {}), **(trainer_args or {})}
+    work = Path(options.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    metrics_file, log = work / f"grpo_{options.model}_metrics.jsonl", work / f"grpo_{options.model}.log"
+    command = trainer_command(options.backend, options.model, steps, options.seed, metrics_file, args,
+                              options.model_config)
+    code, seconds = run_trainer(command, log)
+    from trainers.metrics import read_metrics
+
+    records = read_metrics(metrics_file) if metrics_file.exists() else []
+    if code is None:
+        return CheckResult(NAME, Status.TIMEOUT, f"trainer ran over {RUN_TIMEOUT:.0f} s ({len(records)} steps done)",
+                           metrics={"per_step": records, "wall_seconds": seconds}, log=str(log))
+    if code != 0 or len(records) != steps:
+        return CheckResult(NAME, Status.FAIL, f"trainer exited {code} after {len(records)} of {steps} steps; see log",
+                           metrics={"per_step": records, "wall_seconds": seconds}, log=str(log))
+    comparable = (options.seed == reference["seed"] and steps == reference["steps"] and options.model_config is None
+                  and not trainer_args)
+    status, message, metrics, verdicts = evaluate(records, reference, comparable)
+    metrics["wall_seconds"] = round(seconds, 2)
+    metrics["command"] = command[1:]
+    return CheckResult(NAME, status, message, metrics=metrics, verdicts=verdicts, log=str(log))
+
+
+def run(options: CheckOptions) -> CheckResult:
+    return run_with(options)
+
+
+def made_with(command: list[str]) -> dict:
+    import tensordict
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "tensordict": tensordict.__version__, "python": platform.python_version(),
+            "date": datetime.date.today().isoformat(),
+            "command": "python -m harness.checks.grpo_convergence " + " ".join(_portable(command))}
+
+
+def _portable(argv: list[str]) -> list[str]:
+    """argv without --work-dir and its value: a machine's path has no place in the repository."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--work-dir":
+            skip = True
+        elif not arg.startswith("--work-dir="):
+            out.append(arg)
+    return out
+
+
+def regenerate(model: str, backend: str, work_dir: Path, argv: list[str]) -> Path:
+    """Run the trainer with the reference's settings and rewrite the reference file."""
+    path = reference_path(backend, model)
+    old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    settings = {**DEFAULT_TOLERANCES, "steps": 20, "seed": 0, "trainer_args": {}, **old}
+    metrics_file, log = work_dir / f"regenerate_{model}.jsonl", work_dir / f"regenerate_{model}.log"
+    command = trainer_command(backend, model, settings["steps"], settings["seed"], metrics_file,
+                              settings["trainer_args"])
+    code, _ = run_trainer(command, log)
+    from trainers.metrics import read_metrics
+
+    records = read_metrics(metrics_file) if metrics_file.exists() else []
+    if code != 0 or len(records) != settings["steps"]:
+        raise SystemExit(f"trainer failed (exit {code}, {len(records)} steps); see {log}")
+    settings["curve"] = [round(float(r["reward_mean"]), 6) for r in records]
+    settings["made_with"] = made_with(argv)
+    write_json_atomic(path, settings)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m harness.checks.grpo_convergence", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="text")
+    parser.add_argument("--backend", default="fsdp", choices=sorted(TRAINER_MODULES))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--model-config", type=Path)
+    parser.add_argument("--lr", type=float, help="override the trainer's learning rate (0: a trainer that cannot learn)")
+    parser.add_argument("--work-dir", type=Path, default=Path("grpo-convergence"))
+    parser.add_argument("--regenerate", action="store_true", help="rewrite the reference curve from a fresh run")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    if args.regenerate:
+        print(f"wrote {regenerate(args.model, args.backend, args.work_dir, argv)}")
+        return 0
+    options = CheckOptions(model=args.model, backend=args.backend, seed=args.seed, steps=args.steps,
+                           model_config=args.model_config, work_dir=args.work_dir)
+    result = run_with(options, {"lr": args.lr} if args.lr is not None else None)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        print(f"{result.status.value}: {result.message}")
+        for verdict in result.verdicts:
+            print(f"  {verdict.name}: {verdict.status.value}: {verdict.message}")
+    return 1 if result.status.is_failure else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""grpo-convergence passes on the trainer as it is, and fails on a trainer that does not learn
+and on a reference curve that the run does not follow."""
+import copy
+import json
+
+import pytest
+
+from harness.checks import CheckOptions
+from harness.checks import grpo_convergence as check
+from harness.results import Status
+
+REFERENCE = json.loads(check.reference_path("fsdp", "text").read_text())
+
+
+def _records(curve):
+    return [{"step": i, "reward_mean": v} for i, v in enumerate(curve)]
+
+
+def test_reference_states_its_tolerances_and_versions():
+    for key in ("curve", "band", "threshold", "margin", "steps", "seed", "smooth", "made_with"):
+        assert key in REFERENCE
+    assert len(REFERENCE["curve"]) == REFERENCE["steps"]
+    assert {"torch", "transformers", "tensordict", "python", "date", "command"} <= set(REFERENCE["made_with"])
+    # the reference itself starts well below the threshold and ends above it
+    assert REFERENCE["curve"][0] < REFERENCE["threshold"] - REFERENCE["margin"] < REFERENCE["curve"][-1]
+
+
+def test_evaluate_passes_the_reference_and_fails_a_shifted_one():
+    status, _, metrics, verdicts = check.evaluate(_records(REFERENCE["curve"]), REFERENCE)
+    assert status is Status.PASS and metrics["max_deviation"] == 0.0
+    shifted = copy.deepcopy(REFERENCE)
+    shifted["curve"] = [v + 1.5 * REFERENCE["band"] for v in REFERENCE["curve"]]
+    status, _, metrics, verdicts = check.evaluate(_records(REFERENCE["curve"]), shifted)
+    assert status is Status.FAIL
+    assert {v.name: v.status for v in verdicts}["band"] is Status.FAIL
+
+
+def test_evaluate_fails_a_flat_curve_and_skips_the_band_when_not_comparable():
+    flat = _records([REFERENCE["curve"][0]] * REFERENCE["steps"])
+    status, _, _, verdicts = check.evaluate(flat, REFERENCE)
+    by_name = {v.name: v.status for v in verdicts}
+    assert status is Status.FAIL and by_name == {"threshold": Status.FAIL, "gain": Status.FAIL, "band": Status.FAIL}
+    _, _, _, verdicts = check.evaluate(flat, REFERENCE, comparable=False)
+    assert {v.name: v.status for v in verdicts}["band"] is Status.SKIP
+
+
+def test_moving_average():
+    assert check.moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
+
+
+@pytest.mark.slow
+def test_check_passes_then_fails_against_a_shifted_reference(tmp_path):
+    result = check.run(CheckOptions(model="text", work_dir=tmp_path))
+    if result.status is Status.SKIP:
+        pytest.skip(result.message)
+    assert result.status is Status.PASS, result.message
+    assert len(result.metrics["per_step"]) == REFERENCE["steps"]
+    assert result.metrics["gain"] >= REFERENCE["margin"]
+    shifted = copy.deepcopy(REFERENCE)
+    shifted["curve"] = [v - 0.15 for v in REFERENCE["curve"]]
+    status, _, _, _ = check.evaluate(result.metrics["per_step"], shifted)
+    assert status is Status.FAIL
+
+
+@pytest.mark.slow
+def test_check_fails_when_the_trainer_cannot_learn(tmp_path):
+    # 8 steps keep it short: the band is then not comparable (skip), threshold and gain decide
+    result = check.run_with(CheckOptions(model="text", steps=8, work_dir=tmp_path), trainer_args={"lr": 0.0})
+    if result.status is Status.SKIP:
+        pytest.skip(result.message)
+    assert result.status is Status.FAIL
+    statuses = {v.name: v.status for v in result.verdicts}
+    assert statuses["threshold"] is Status.FAIL and statuses["gain"] is Status.FAIL

