@@ -29,11 +29,15 @@ class SetupFailed(RuntimeError):
 
 
 def uv_binary() -> str:
+    """uv next to this interpreter (the `uv` package's script), else on PATH."""
+    beside = Path(sys.executable).parent / ("uv.exe" if os.name == "nt" else "uv")
+    if beside.is_file():
+        return str(beside)
     try:
         from uv import find_uv_bin
 
         return find_uv_bin()
-    except (ImportError, FileNotFoundError):
+    except Exception:  # noqa: BLE001 - its lookup has failed on some builds (sysconfig EXE None): use PATH
         found = shutil.which("uv")
         if not found:
             raise EnvironmentMissing("uv not found: `pip install uv` (the harness builds cell environments with it)")
