@@ -1,0 +1,173 @@
+"""The compatibility report, generated only from the result files of a report directory.
+
+    DIR/cells/<cell-id>.json   one CellResult per cell (logs and lock files under DIR/cells/<cell-id>/)
+    DIR/run.json               optional: {"matrix", "title", "notes": [...], "generated_by"}
+
+`write_report(DIR)` loads them, builds one `Report` (table.py) and renders it as report.md (markdown.py),
+report.html (html.py, with plots from plot.py) and report.json. Unreadable files become problems
+listed in the report; they never stop it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, ResultsError
+from ..results import CellResult, Status, load_cell, write_json_atomic
+from .html import to_html
+from .markdown import to_markdown
+from .table import REPORT_SCHEMA_VERSION, Report, build_report, clean_text
+
+__all__ = ["REPORT_SCHEMA_VERSION", "Report", "build_report", "load_results", "read_run_info", "to_html",
+           "to_json", "to_markdown", "write_report"]
+
+MAX_CELL_FILE_BYTES = 32 * 1024 * 1024  # a cell file is a few KB; a huge one is not read into memory
+FORMATS = {"md": "report.md", "html": "report.html", "json": "report.json"}
+
+
+def _problem(name: str, exc: BaseException) -> str:
+    reason = exc.__cause__ or exc
+    return clean_text(f"{name}: not a readable cell result ({type(reason).__name__}: {reason})", 300)
+
+
+def load_results(report_dir: Path | str) -> tuple[list[CellResult], list[str]]:
+    """Every readable cell of DIR/cells/*.json, and one line per file that could not be used."""
+    cells_dir = Path(report_dir) / "cells"
+    if not cells_dir.is_dir():
+        return [], [f"{cells_dir.name}/: no such directory in {Path(report_dir).name or report_dir}"]
+    cells, problems = [], []
+    for path in sorted(cells_dir.glob("*.json")):
+        name = f"cells/{path.name}"
+        if path.name.startswith("."):
+            continue  # a temporary file of an atomic write in progress
+        try:
+            if path.stat().st_size > MAX_CELL_FILE_BYTES:
+                problems.append(clean_text(f"{name}: too large to be a cell result ({path.stat().st_size} bytes)"))
+                continue
+            cells.append(load_cell(path))
+        except Exception as exc:  # noqa: BLE001 - any malformed content is a problem line, never a crash
+            problems.append(_problem(name, exc))
+    return cells, problems
+
+
+def read_run_info(report_dir: Path | str) -> tuple[dict[str, Any], list[str]]:
+    """DIR/run.json as {"matrix", "title", "notes", "generated_by"} (absent keys omitted), and problems."""
+    path = Path(report_dir) / "run.json"
+    if not path.exists():
+        return {}, []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise TypeError("not a JSON object")
+    except Exception as exc:  # noqa: BLE001
+        return {}, [clean_text(f"run.json: unreadable ({type(exc).__name__}: {exc})", 300)]
+    info: dict[str, Any] = {k: str(data[k]) for k in ("matrix", "title", "generated_by") if data.get(k)}
+    notes = data.get("notes") or []
+    info["notes"] = [_note_text(n) for n in (notes if isinstance(notes, list) else [notes])]
+    return info, []
+
+
+def _note_text(note: Any) -> str:
+    """A note is a string, or {"text": ..., "cells": [...]} as the runner writes matrix notes."""
+    if not isinstance(note, dict):
+        return str(note)
+    cells = note.get("cells") or []
+    cells = [str(c) for c in cells] if isinstance(cells, list) else [str(cells)]
+    return str(note.get("text", "")) + (f" (cells: {', '.join(cells)})" if cells else "")
+
+
+_VALUE = {s: s.value for s in Status}  # Enum.value is a slow descriptor
+
+
+def _entry_json(column: int, entry) -> dict[str, Any]:
+    data = {"column": column, "cell_id": entry.cell_id, "status": _VALUE[entry.status], "message": entry.message,
+            "duration": entry.duration, "log": entry.log, "lock": entry.lock}
+    # Optional keys only when set: a 10,000-cell report stays small and fast to write.
+    if entry.verdicts:
+        data["verdicts"] = [{"name": v.name, "status": _VALUE[v.status], "message": v.message, "emulated": v.emulated}
+                            for v in entry.verdicts]
+    if entry.rejected_links:
+        data["rejected_links"] = entry.rejected_links
+    if entry.known_failure:
+        data["known_failure"] = entry.known_failure
+    if entry.original_status is not None:
+        data["original_status"] = entry.original_status.value
+    if entry.emulated:
+        data["emulated"] = True
+    if entry.plot is not None:
+        data["plot"] = True  # the curves stay in the cell file; report.html draws them
+    return data
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    """Everything in the table, JSON-serialisable, tagged with REPORT_SCHEMA_VERSION.
+
+    Each row's entries carry column (an index into columns), cell_id, status, message, duration, log and
+    lock (null when absent or unsafe); verdicts, rejected_links, known_failure, original_status, emulated
+    and plot appear only when set.
+    """
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "title": report.title,
+        "cell_count": report.cell_count,
+        "axes": list(report.axes),
+        "columns": [{"backend": c.backend, "model": c.model, "check": c.check} for c in report.columns],
+        "rows": [{"axes": dict(zip(report.axes, row.axes)), "cells": row.cells, "environment": row.environment,
+                  "entries": [_entry_json(i, e) for i, e in sorted(row.entries.items())]}
+                 for row in report.rows],
+        "legend": [{"symbol": s, "status": n, "meaning": m} for s, n, m in report.legend],
+        "summary": dict(report.summary),
+        "passing_ranges": [{"axis": r.axis, "tested": r.tested, "passing": r.passing, "segments": r.segments,
+                            "text": r.text(max_segments=1000)} for r in report.ranges],
+        "has_emulated": report.has_emulated,
+        "notes": list(report.notes),
+        "problems": list(report.problems),
+    }
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Like results.write_json_atomic: a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(report_dir: Path | str, formats: Iterable[str] = ("md", "html", "json"),
+                 notes: Iterable[str] = ()) -> list[Path]:
+    """Render DIR's results into DIR/report.{md,html,json}; ResultsError when no cell is readable."""
+    report_dir = Path(report_dir)
+    formats = list(formats)
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise InputError(f"unknown report format {unknown[0]!r}; expected one of {', '.join(FORMATS)}")
+    cells, problems = load_results(report_dir)
+    if not cells:
+        detail = f": {problems[0]}" + (f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else "") \
+            if problems else ""
+        raise ResultsError(f"{report_dir}: no readable cell results{detail}")
+    info, run_problems = read_run_info(report_dir)
+    title = info.get("title") or (f"Qwen3.5 compatibility report: {info['matrix']}" if info.get("matrix") else "")
+    generated = [f"generated by {info['generated_by']}"] if info.get("generated_by") else []
+    report = build_report(cells, title=title, notes=[*info.get("notes", []), *notes, *generated],
+                          problems=[*problems, *run_problems])
+    written = []
+    for fmt in dict.fromkeys(formats):
+        path = report_dir / FORMATS[fmt]
+        if fmt == "json":
+            write_json_atomic(path, to_json(report))
+        else:
+            write_text_atomic(path, to_markdown(report) if fmt == "md" else to_html(report))
+        written.append(path)
+    return written

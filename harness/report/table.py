@@ -1,0 +1,336 @@
+"""The report model: rows are version combinations, columns are (backend, model, check), one entry each.
+
+Built only from `CellResult` records. The renderers (markdown, html, json) read this model and nothing
+else, so every format says the same thing. Free text from result files is cleaned here (control and
+bidi characters removed, length capped); each renderer then escapes it for its own format.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from ..checks import CHECKS
+from ..results import CellResult, CheckResult, Status
+from . import plot
+
+REPORT_SCHEMA_VERSION = 1
+ROW_AXES = ("device", "image", "torch", "torch_npu", "transformers", "vllm", "vllm_ascend", "tensordict",
+            "megatron_core", "mbridge")
+PACKAGE_AXES = ROW_AXES[2:]
+COLUMN_AXES = ("backend", "model")
+BACKEND_ORDER = ("fsdp", "megatron")
+MODEL_ORDER = ("text", "vl", "moe")
+MESSAGE_LIMIT = 200
+ABSENT = "—"
+
+STATUS_SYMBOLS = {
+    Status.PASS: "✅", Status.FAIL: "❌", Status.AFFECTED: "⚠️", Status.SKIP: "⏭️",
+    Status.XFAIL: "🟡", Status.TIMEOUT: "⏱️", Status.CRASH: "💥", Status.ERROR: "❗",
+}
+STATUS_MEANINGS = {
+    Status.PASS: "the check passed",
+    Status.FAIL: "the check ran and found a problem",
+    Status.AFFECTED: "a known upstream bug was reproduced (kept as evidence; not a failure of the trainer)",
+    Status.SKIP: "not applicable in this cell (the reason is shown)",
+    Status.XFAIL: "a declared known failure (its reason, link and expiry are shown)",
+    Status.TIMEOUT: "the check did not finish within its time limit",
+    Status.CRASH: "the check's process died (signal, out of memory)",
+    Status.ERROR: "the harness could not run the check (setup failure or unexpected exception)",
+}
+PASS_RANGE_RULE = ("Versions in which every check of every cell passed (pass, affected, xfail and skip do not "
+                   "count as failing; fail, error, crash and timeout do).")
+EMULATED_MARK = "†"
+EMULATED_NOTE = (f"{EMULATED_MARK} emulated: this result came from an emulation on the test machine (for example "
+                 "the meta-device CPU-offload emulation), not from real hardware.")
+
+# C0/C1 controls and bidi overrides ("Trojan source") never reach a rendered report.
+_STRIP = {c: None for c in [*range(32), 127, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+_STRIP.update({ord(c): " " for c in "\t\n\r\x0b\x0c"})
+
+
+def clean_text(value: Any, limit: int = MESSAGE_LIMIT) -> str:
+    """One line of plain text, at most `limit` characters."""
+    text = value if isinstance(value, str) else str(value)
+    if not text:
+        return ""
+    # Fast path for the common case; isprintable() is False for controls, newlines and bidi overrides.
+    if not (len(text) <= limit and text.isprintable() and "  " not in text and text[0] != " " != text[-1]):
+        text = " ".join(text.translate(_STRIP).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_UNSAFE_LINK = re.compile(r"[\x00-\x1f\x7f:\\]")  # a scheme (javascript:, http:), a drive letter, a control
+
+
+def safe_link(path: Any) -> str | None:
+    """`path` if it is a plain relative path inside the report directory, else None (shown as text)."""
+    if not isinstance(path, str) or not path or len(path) > 1000 or path[0] in "/~" or _UNSAFE_LINK.search(path):
+        return None
+    parts = path.split("/")
+    if "." in parts:
+        parts = [p for p in parts if p != "."]
+    if not parts or "" in parts or ".." in parts:
+        return None
+    return "/".join(parts)
+
+
+_VERSION_KEYS: dict[str, tuple] = {}
+
+
+def version_key(value: str) -> tuple:
+    """Sort key: valid versions numerically (5.9.0 < 5.10.0), then other strings, then absent values."""
+    key = _VERSION_KEYS.get(value)
+    if key is None:
+        if len(_VERSION_KEYS) > 100_000:  # hostile inputs must not grow the cache without bound
+            _VERSION_KEYS.clear()
+        if not value:
+            key = (2, "")
+        else:
+            try:
+                key = (0, Version(value), value)
+            except InvalidVersion:
+                key = (1, value)
+        _VERSION_KEYS[value] = key
+    return key
+
+
+def _order(value: str, known: tuple[str, ...]) -> tuple[int, str]:
+    return (known.index(value), "") if value in known else (len(known), value)
+
+
+@dataclass(slots=True)
+class VerdictEntry:
+    name: str
+    status: Status
+    message: str
+    emulated: bool
+
+
+@dataclass(slots=True)
+class Column:
+    backend: str
+    model: str
+    check: str
+
+    @property
+    def label(self) -> str:
+        return " · ".join(x or ABSENT for x in (self.backend, self.model, self.check))
+
+
+@dataclass(slots=True)
+class Entry:
+    """One check of one cell, as shown in the table."""
+
+    cell_id: str
+    check: str
+    status: Status
+    message: str
+    duration: float
+    log: str | None  # safe relative link, or None
+    lock: str | None
+    rejected_links: list[str]  # links that were not safe relative paths: shown as text only
+    verdicts: list[VerdictEntry]
+    emulated: bool  # the check itself, or one of its verdicts, ran on an emulation
+    known_failure: dict[str, str] | None
+    original_status: Status | None
+    plot: dict[str, list] | None  # convergence curves (see plot.convergence_series)
+
+
+@dataclass(slots=True)
+class Row:
+    axes: tuple[str, ...]  # one value per Report.axes entry, "" when absent
+    entries: dict[int, Entry]  # column index -> entry
+    cells: list[str]
+    environment: dict[str, str]
+
+
+@dataclass(slots=True)
+class PassRange:
+    axis: str
+    tested: list[str]
+    passing: list[str]
+    segments: list[list[str]]  # runs of consecutive tested versions that all pass
+
+    def text(self, max_segments: int = 20) -> str:
+        if not self.passing:
+            return f"none of the {len(self.tested)} tested versions passes every check"
+        shown = []
+        for seg in self.segments[:max_segments]:
+            shown.append(seg[0] if len(seg) == 1 else
+                         f"{seg[0]} – {seg[-1]} (all {len(seg)} tested versions in between pass)")
+        more = len(self.segments) - max_segments
+        text = ", ".join(shown) + (f", and {more} more segments" if more > 0 else "")
+        failing = [v for v in self.tested if v not in set(self.passing)]
+        if failing:
+            listed = ", ".join(failing[:20]) + (f" and {len(failing) - 20} more" if len(failing) > 20 else "")
+            text += f"; failing: {listed}"
+        return text
+
+
+@dataclass
+class Report:
+    title: str
+    axes: list[str]
+    columns: list[Column]
+    rows: list[Row]
+    ranges: list[PassRange]
+    summary: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    cell_count: int = 0
+    has_emulated: bool = False
+
+    @property
+    def description(self) -> str:
+        return (f"Generated from {self.cell_count} cell result files ({len(self.rows)} version combinations, "
+                f"{len(self.columns)} backend · model · check columns); nothing in it is written by hand.")
+
+    @property
+    def legend(self) -> list[tuple[str, str, str]]:
+        return [(STATUS_SYMBOLS[s], s.value, STATUS_MEANINGS[s]) for s in Status]
+
+
+def _verdicts(check: CheckResult) -> list[VerdictEntry]:
+    return [VerdictEntry(clean_text(v.name, 60), v.status, clean_text(v.message), bool(v.emulated))
+            for v in check.verdicts]
+
+
+def _known_failure(data: Any) -> dict[str, str] | None:
+    if not isinstance(data, dict):
+        return None
+    return {key: clean_text(data.get(key, ""), 300) for key in ("reason", "link", "expires")}
+
+
+def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult, column: Column) -> Entry:
+    log = safe_link(check.log)
+    rejected = [] if (log or not check.log) and (lock or not cell.lock) else \
+        [clean_text(raw, 120) for raw, safe in ((check.log, log), (cell.lock, lock)) if raw and not safe]
+    metrics = check.metrics
+    emulated = metrics.get("emulated") is True
+    has_curve = "reward_curve" in metrics
+    verdicts = []
+    if check.verdicts:  # most checks have none: skip the generator work
+        verdicts = _verdicts(check)
+        emulated = emulated or any(v.emulated for v in verdicts)
+        has_curve = has_curve or any("reward_curve" in v.metrics for v in check.verdicts)
+    return Entry(
+        cell_id, column.check, check.status, clean_text(check.message), check.duration, log, lock, rejected,
+        verdicts, emulated, _known_failure(check.known_failure) if check.known_failure else None,
+        check.original_status,
+        plot.convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None,
+    )
+
+
+def _environment(cell: CellResult) -> dict[str, str]:
+    """The parts of a cell's environment capture worth showing next to its row."""
+    shown = {}
+    for key in ("python", "os", "cpu", "cuda", "cann", "devices", "image_digest"):
+        value = cell.environment.get(key)
+        if isinstance(value, list):
+            value = ", ".join(map(str, value))
+        if value:
+            shown[key] = clean_text(value, 200)
+    return shown
+
+
+def _is_failing(cell: CellResult) -> bool:
+    # A cell with no check results gives no evidence of support, so it never counts as passing.
+    return not cell.checks or any(c.status.is_failure for c in cell.checks)
+
+
+def pass_ranges(cells: Iterable[CellResult], axes: Iterable[str] = PACKAGE_AXES) -> list[PassRange]:
+    """Per package axis: the tested versions in which every check of every cell passed, as runs."""
+    judged = [(cell.axes, _is_failing(cell)) for cell in cells]
+    ranges = []
+    for axis in axes:
+        failing: dict[str, bool] = {}
+        for cell_axes, cell_failing in judged:
+            value = cell_axes.get(axis)
+            if value:
+                failing[value] = failing.get(value, False) or cell_failing
+        if not failing:
+            continue
+        tested = sorted(failing, key=version_key)
+        segments: list[list[str]] = []
+        previous_passed = False
+        for value in tested:
+            if not failing[value]:
+                if previous_passed:
+                    segments[-1].append(value)
+                else:
+                    segments.append([value])
+            previous_passed = not failing[value]
+        ranges.append(PassRange(axis, [clean_text(v, 60) for v in tested],
+                                [clean_text(v, 60) for v in tested if not failing[v]],
+                                [[clean_text(v, 60) for v in seg] for seg in segments]))
+    return ranges
+
+
+def build_report(cells: Iterable[CellResult], *, title: str = "", notes: Iterable[str] = (),
+                 problems: Iterable[str] = ()) -> Report:
+    """The support table of `cells`; the same cells always give the same report."""
+    problems = [clean_text(p, 400) for p in problems]
+    cells = sorted(cells, key=lambda c: (c.cell_id, c.finished))
+    present = set().union(*(c.axes for c in cells))
+    axes = [a for a in ROW_AXES if a in present] + sorted(present - set(ROW_AXES) - set(COLUMN_AXES))
+
+    # One cell per (version combination, backend, model): a duplicate keeps the most recently finished.
+    chosen: dict[tuple, CellResult] = {}
+    for cell in sorted(cells, key=lambda c: (c.finished, c.cell_id)):
+        key = (tuple(cell.axes.get(a, "") for a in axes), cell.axes.get("backend", ""), cell.axes.get("model", ""))
+        if key in chosen:
+            problems.append(clean_text(f"cell {chosen[key].cell_id} has the same axes as {cell.cell_id}; "
+                                       f"showing {cell.cell_id} (finished later)", 400))
+        chosen[key] = cell
+    kept = sorted(chosen.values(), key=lambda c: c.cell_id)
+
+    check_order = tuple(CHECKS)
+    columns_set = {(c.axes.get("backend", ""), c.axes.get("model", ""), r.check) for c in kept for r in c.checks}
+    column_keys = sorted(columns_set, key=lambda k: (
+        _order(k[0], BACKEND_ORDER), _order(k[1], MODEL_ORDER), _order(k[2], check_order)))
+    columns = [Column(*(clean_text(x, 60) for x in k)) for k in column_keys]
+    column_index = {k: i for i, k in enumerate(column_keys)}
+
+    rows: dict[tuple, Row] = {}
+    counts: Counter[Status] = Counter()
+    has_emulated = False
+    for cell in kept:
+        row_key = tuple(cell.axes.get(a, "") for a in axes)
+        row = rows.get(row_key)
+        if row is None:
+            row = rows[row_key] = Row(tuple(clean_text(v, 120) for v in row_key), {}, [], _environment(cell))
+        cell_id, lock = clean_text(cell.cell_id, 300), safe_link(cell.lock)
+        row.cells.append(cell_id)
+        if not cell.checks:
+            problems.append(clean_text(f"cell {cell.cell_id} recorded no check results"
+                                       + (f" (setup log: {cell.setup_log})" if cell.setup_log else ""), 400))
+        backend, model = cell.axes.get("backend", ""), cell.axes.get("model", "")
+        for check in cell.checks:
+            index = column_index[(backend, model, check.check)]
+            if index in row.entries:
+                problems.append(clean_text(f"cell {cell.cell_id} has two results for {check.check}; "
+                                           "showing the first", 400))
+                continue
+            entry = row.entries[index] = _entry(cell, cell_id, lock, check, columns[index])
+            counts[entry.status] += 1
+            has_emulated = has_emulated or entry.emulated
+
+    # Rank each axis's values once; rows then sort by small integers instead of Version objects.
+    ranks = []
+    for position, axis in enumerate(axes):
+        values = {k[position] for k in rows}
+        key = (lambda v: (0 if v else 1, v)) if axis in ("device", "image") else version_key
+        ranks.append({v: i for i, v in enumerate(sorted(values, key=key))})
+    row_list = [rows[k] for k in sorted(rows, key=lambda k: tuple(r[v] for r, v in zip(ranks, k)))]
+    return Report(
+        title=clean_text(title or "Qwen3.5 RL-stack compatibility report", 200), axes=axes, columns=columns,
+        rows=row_list, ranges=pass_ranges(kept, [a for a in PACKAGE_AXES if a in axes]),
+        summary={s.value: counts[s] for s in Status},
+        notes=[clean_text(n, 1000) for n in notes if str(n).strip()], problems=problems,
+        cell_count=len(kept), has_emulated=has_emulated,
+    )

@@ -1,0 +1,145 @@
+"""Hostile text and links in result files never become markup, scripts or links in any report format."""
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from harness.report import build_report, to_html, to_json, to_markdown
+from harness.report.markdown import md_text
+from harness.report.synthetic import HOSTILE_LINKS, HOSTILE_MESSAGES, synthetic_cells
+from harness.report.table import safe_link
+from harness.results import CellResult, CheckResult, Status, Verdict
+
+HOSTILE_TITLE = "<script>alert('title')</script> | `x`"
+
+
+def hostile_cells() -> list[CellResult]:
+    cells = []
+    for i, message in enumerate(HOSTILE_MESSAGES):
+        check = CheckResult("stack-smoke", Status.FAIL, message, log=HOSTILE_LINKS[i % len(HOSTILE_LINKS)],
+                            verdicts=[Verdict("<b onmouseover=alert(1)>v</b>", Status.PASS, message)],
+                            known_failure={"reason": message, "link": "javascript:alert(document.cookie)",
+                                           "expires": "<i>soon</i>"})
+        odd = CheckResult("<svg onload=alert(1)>|x", Status.PASS, "odd check name", log="cells/ok/logs/odd.log")
+        cells.append(CellResult(
+            matrix="cpu", cell_id=f"cell-{i}", checks=[check, odd],
+            axes={"transformers": f"5.{i}.0", "backend": "fsdp", "model": "text",
+                  "image": "<img src=x onerror=alert(1)>" if i == 0 else "registry.example/img:1"},
+            lock=HOSTILE_LINKS[(i + 3) % len(HOSTILE_LINKS)] if i % 2 else f"cells/cell-{i}/lock.txt",
+            environment={"python": "3.11\" onmouseover=\"alert(1)", "os": "<b>linux</b>"},
+        ))
+    return cells
+
+
+def hostile_report():
+    return build_report(hostile_cells(), title=HOSTILE_TITLE, notes=["<iframe src=//evil>", "[n](javascript:x)"],
+                        problems=["cells/x.json: <script>bad</script>\nsecond line"])
+
+
+class TagCollector(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "ul", "li", "strong", "table",
+                "thead", "tbody", "tr", "th", "td", "a", "span", "div", "sup", "code", "figure", "figcaption",
+                "svg", "g", "polygon", "polyline", "path", "text"}
+ALLOWED_ATTRS = {"lang", "charset", "http-equiv", "content", "name", "class", "title", "href", "id", "rowspan",
+                 "colspan", "role", "width", "height", "viewbox", "transform", "points", "d", "x", "y",
+                 "text-anchor"}
+
+
+def test_html_has_no_injected_tags_attributes_or_links():
+    html = to_html(hostile_report())
+    parser = TagCollector()
+    parser.feed(html)
+    parser.close()
+    tags = {tag for tag, _ in parser.tags}
+    assert tags <= ALLOWED_TAGS, tags - ALLOWED_TAGS
+    for tag, attrs in parser.tags:
+        assert set(attrs) <= ALLOWED_ATTRS, (tag, attrs)
+        if tag == "a":
+            href = attrs["href"]
+            assert href.startswith("#plot-") or (safe_link(href) == href and ":" not in href), href
+    assert [tag for tag, _ in parser.tags].count("style") == 1
+    text = "".join(parser.text)
+    # The hostile text is still there, as text: a reader sees exactly what the result file said.
+    assert "</table><script>alert(1)</script>" in text
+    assert "[x](javascript:alert(1))" in text
+    assert "<script>alert('title')</script>" in text
+    assert "javascript:alert(document.cookie)" in text  # a known-failure link is shown, never linked
+    for path in ("../../etc/passwd", "/etc/passwd", "http://evil.example/log", "javascript:alert(1)"):
+        assert f"unsafe link not shown as a link: {path}" in text
+
+
+def test_html_is_standalone():
+    html = to_html(build_report(synthetic_cells(60, seed=4)))
+    assert "<script" not in html and "<link" not in html and "@import" not in html and "url(" not in html
+    assert "http://" not in html and "https://" not in html.replace("https://github.com/verl-project", "")
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html.replace("&#x27;", "'")
+
+
+UNESCAPED = re.compile(r"(?<!\\)[|`*_\[\]<>~$]")
+
+
+@pytest.mark.parametrize("message", HOSTILE_MESSAGES + [HOSTILE_TITLE, "a\\|b", "\\`x\\`"])
+def test_md_text_leaves_no_markup_characters(message):
+    escaped = md_text(message)
+    assert "\n" not in escaped and "\r" not in escaped
+    # Backslash pairs are literal backslashes; what remains must be escaped punctuation only.
+    assert not UNESCAPED.search(escaped.replace("\\\\", "")), escaped
+    # No autolinks (scheme, protocol-relative or www.), no mentions.
+    assert "://" not in escaped and "//" not in escaped and "www." not in escaped and "@" not in escaped
+
+
+def test_markdown_has_no_injected_markup_or_links():
+    report = hostile_report()
+    md = to_markdown(report)
+    assert "<" not in md and ">" not in md.replace("&gt;", "")
+    links = re.findall(r"(?<!\\)\[([^\]\n]*)(?<!\\)\]\(([^)\n]*)\)", md)
+    assert links, "the report's own log and lock links are present"
+    for label, target in links:
+        assert label in ("log", "lock") and safe_link(target) == target and ":" not in target, (label, target)
+    table = [line for line in md.splitlines() if line.startswith("| ")]
+    width = len(report.axes) + len(report.columns)
+    for line in table:  # hostile pipes never add table columns
+        assert len(re.findall(r"(?<!\\)\|", line.replace("\\\\", ""))) == width + 1, line
+    assert "`" not in md.replace("\\`", "")
+
+
+@pytest.mark.parametrize("path", HOSTILE_LINKS + ["", "cells/a/./..", "cells/\x00/x", "~root/x", "cells//x",
+                                                  "cells/x/", "cells\\..\\x", 42, None])
+def test_unsafe_links_are_rejected(path):
+    assert safe_link(path) is None
+
+
+def test_plain_relative_links_survive_and_are_encoded():
+    assert safe_link("cells/a/logs/x.log") == "cells/a/logs/x.log"
+    assert safe_link("./cells/a/lock.txt") == "cells/a/lock.txt"
+    cell = CellResult("cpu", "c", {"transformers": "5.3.0"}, lock="cells/c d/lock (1).txt",
+                      checks=[CheckResult("stack-smoke", Status.PASS, log='cells/c d/"x"#1.log')])
+    report = build_report([cell])
+    assert "[lock](cells/c%20d/lock%20%281%29.txt)" in to_markdown(report)
+    html = to_html(report)
+    assert 'href="cells/c%20d/lock%20%281%29.txt"' in html and 'href="cells/c%20d/%22x%22%231.log"' in html
+
+
+def test_control_and_bidi_characters_are_removed_everywhere():
+    cell = CellResult("cpu", "c\u202e", {"transformers": "5.3.0\x1b[31m"},
+                      checks=[CheckResult("stack-smoke", Status.FAIL, "a\u202eb\x00c\x1b[0m\u2066d")])
+    report = build_report([cell])
+    for text in (to_markdown(report), to_html(report), str(to_json(report))):
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069]", text)
