@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import checks, devices, index, matrix, runner
 from .axes import PACKAGE_AXES
-from .errors import HarnessError, InputError
+from .errors import HarnessError, InputError, NewFailures
 from .results import write_json_atomic
 
 
@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("dir", type=Path)
     rep.add_argument("--format", choices=("md", "html", "json"), default=None,
                      help="print one format to stdout instead of writing report.{md,html,json}")
+    rep.add_argument("--previous", type=Path, default=None, metavar="OLD_DIR",
+                     help="compare with a previous results directory (e.g. a downloaded CI artifact)")
+    rep.add_argument("--fail-on-new", action="store_true", help="exit 5 when there are new failures")
 
     sub.add_parser("envinfo", help="print this environment's capture as JSON")
 
@@ -176,19 +179,34 @@ def cmd_check(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import build_report, load_results, to_html, to_json, to_markdown
+    from .compare import new_failures
+    from .report import build_report, compare_with, load_results, read_run_info, render_report, to_html, to_json, \
+        to_markdown
 
+    if args.fail_on_new and args.previous is None:
+        raise InputError("--fail-on-new needs --previous OLD_DIR")
     if args.format is None:
-        _write_report(args.dir)
-        return 0
-    cells, problems = load_results(args.dir)
-    if not cells:
-        from .errors import ResultsError
+        paths, changes = render_report(args.dir, previous=args.previous)
+        for path in paths:
+            print(f"wrote {path}", file=sys.stderr)
+    else:
+        cells, problems = load_results(args.dir)
+        if not cells:
+            from .errors import ResultsError
 
-        raise ResultsError(f"{args.dir}: no readable cell results" + (f" ({problems[0]})" if problems else ""))
-    report = build_report(cells, problems=problems)
-    out = {"md": to_markdown, "html": to_html}.get(args.format)
-    print(out(report) if out else json.dumps(to_json(report), indent=1))
+            raise ResultsError(f"{args.dir}: no readable cell results" + (f" ({problems[0]})" if problems else ""))
+        info, info_problems = read_run_info(args.dir)
+        changes, previous_problems = compare_with(cells, args.previous) if args.previous else (None, [])
+        report = build_report(cells, title=info.get("title", ""), notes=info.get("notes", []),
+                              problems=[*problems, *info_problems, *previous_problems],
+                              changes=None if changes is None else {(c.cell_id, c.check): c.kind for c in changes})
+        out = {"md": to_markdown, "html": to_html}.get(args.format)
+        print(out(report) if out else json.dumps(to_json(report), indent=1))
+    fresh = new_failures(changes or [])
+    if fresh:
+        print(f"{len(fresh)} new failures: " + ", ".join(f"{c.cell_id} {c.check}" for c in fresh[:10]), file=sys.stderr)
+        if args.fail_on_new:
+            raise NewFailures(f"{len(fresh)} new failures against {args.previous}")
     return 0
 
 

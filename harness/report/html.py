@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from ..results import Status
 from .plot import PLOT_CSS, PLOT_LEGEND, convergence_svg
-from .table import ABSENT, EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, STATUS_SYMBOLS, Entry, Report
+from .table import ABSENT, EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, STATUS_SYMBOLS, Entry, Report, entry_extras
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 CSS = """
@@ -77,6 +77,7 @@ def _entry(entry: Entry, plot_id: str | None, esc: _Escaper) -> str:
             for v in entry.verdicts) + "</div>")
     if entry.message:
         parts.append(f'<div class="msg">{esc[entry.message]}</div>')
+    parts += [f'<div class="ex">{esc[extra]}</div>' for extra in entry_extras(entry)]
     if entry.known_failure:
         kf = entry.known_failure
         parts.append('<div class="kf">known failure: ' + esc[kf.get("reason", "")]
@@ -121,7 +122,15 @@ def to_html(report: Report) -> str:
         out.append(f"<li>{e(EMULATED_NOTE)}</li>")
     out.append(f"</ul><h2>Passing ranges</h2><p>{e(PASS_RANGE_RULE)}</p><ul>")
     out += [f"<li><strong>{e(r.axis)}</strong>: {e(r.text(max_segments=1000))}</li>" for r in report.ranges]
-    out += ["</ul><h2>Support table</h2><table><thead>", *_header(report), "</thead><tbody>"]
+    out.append("</ul>")
+    if report.changes is not None:
+        out.append("<h2>Changes since the previous run</h2><p>" + " · ".join(
+            f"{e(kind)}: {count}" for kind, count in sorted(report.changes.items()))
+            + "</p><p>Rows with a new failure come first.</p>")
+    if report.last_known_good:
+        out.append("<h2>Last known good</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in report.last_known_good)
+                   + "</ul>")
+    out += ["<h2>Support table</h2><table><thead>", *_header(report), "</thead><tbody>"]
 
     plots: list[tuple[str, Entry]] = []
     ncols = len(report.columns)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from ..results import Status
-from .table import ABSENT, EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, STATUS_SYMBOLS, Entry, Report, Row
+from .table import ABSENT, EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, STATUS_SYMBOLS, Entry, Report, entry_extras, Row
 
 _ESCAPES = str.maketrans({
     "\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "_": "\\_", "[": "\\[", "]": "\\]", "~": "\\~",
@@ -46,6 +46,7 @@ def entry_text(entry: Entry, emulated_mark: str = EMULATED_MARK) -> str:
             + (f" (emulated{emulated_mark})" if v.emulated else "") for v in entry.verdicts))
     if entry.message:
         parts.append(f"— {md_text(entry.message)}")
+    parts += [f"— {md_text(extra)}" for extra in entry_extras(entry)]
     if entry.known_failure:
         kf = entry.known_failure
         parts.append("— known failure: " + md_text(kf.get("reason", ""))
@@ -90,6 +91,12 @@ def to_markdown(report: Report, max_bytes: int = 1_000_000) -> str:
         head.append(f"- {md_text(EMULATED_NOTE)}")
     head += ["", "## Passing ranges", "", PASS_RANGE_RULE, ""]
     head += [f"- **{md_text(r.axis)}**: {md_text(r.text())}" for r in report.ranges] or ["- no package axes"]
+    if report.changes is not None:
+        head += ["", "## Changes since the previous run", "",
+                 " · ".join(f"{md_text(kind)}: {count}" for kind, count in sorted(report.changes.items())),
+                 "", "Rows with a new failure come first."]
+    if report.last_known_good:
+        head += ["", "## Last known good", "", *_bullets(report.last_known_good)]
     head += ["", "## Support table", ""]
 
     tail = []

@@ -15,6 +15,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ..checks import CHECKS
+from ..repro import command as repro_command
 from ..results import CellResult, CheckResult, Status
 from . import plot
 
@@ -139,6 +140,30 @@ class Entry:
     known_failure: dict[str, str] | None
     original_status: Status | None
     plot: dict[str, list] | None  # convergence curves (see plot.convergence_series)
+    failure_class: str | None = None  # test | infra | timeout | crash
+    flaky: bool = False  # passed only on a retry
+    attempts: int = 0  # earlier tries
+    change: str | None = None  # against a previous run: new failure, fixed, still failing, unchanged
+    repro: str = ""  # the command that rebuilds the cell and reruns this check
+
+
+def entry_extras(entry: Entry) -> list[str]:
+    """Plain-text remarks shown after an entry by every renderer (each escapes them)."""
+    extras = []
+    if entry.change in ("new failure", "fixed"):
+        extras.append(entry.change.upper())
+    if entry.flaky:
+        extras.append(f"flaky: passed after {entry.attempts} failed tr{'y' if entry.attempts == 1 else 'ies'}")
+    elif entry.attempts:
+        extras.append(f"{entry.attempts + 1} tries")
+    if entry.failure_class:
+        extras.append(f"class: {entry.failure_class}")
+    state = (entry.known_failure or {}).get("state")
+    if state:
+        extras.append(f"known failure {state}")
+    if entry.repro:
+        extras.append(f"repro: {entry.repro}")
+    return extras
 
 
 @dataclass(slots=True)
@@ -184,6 +209,8 @@ class Report:
     problems: list[str] = field(default_factory=list)
     cell_count: int = 0
     has_emulated: bool = False
+    changes: dict[str, int] | None = None  # counts per kind against a previous run, None without one
+    last_known_good: list[str] = field(default_factory=list)
 
     @property
     def description(self) -> str:
@@ -203,7 +230,10 @@ def _verdicts(check: CheckResult) -> list[VerdictEntry]:
 def _known_failure(data: Any) -> dict[str, str] | None:
     if not isinstance(data, dict):
         return None
-    return {key: clean_text(data.get(key, ""), 300) for key in ("reason", "link", "expires")}
+    kept = {key: clean_text(data.get(key, ""), 300) for key in ("reason", "link", "expires")}
+    if data.get("state"):  # "expired", or "stale: the check no longer fails"
+        kept["state"] = clean_text(data["state"], 100)
+    return kept
 
 
 def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult, column: Column) -> Entry:
@@ -218,11 +248,14 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
         verdicts = _verdicts(check)
         emulated = emulated or any(v.emulated for v in verdicts)
         has_curve = has_curve or any("reward_curve" in v.metrics for v in check.verdicts)
+    needs_repro = check.status not in (Status.PASS, Status.SKIP) or check.flaky
     return Entry(
         cell_id, column.check, check.status, clean_text(check.message), check.duration, log, lock, rejected,
         verdicts, emulated, _known_failure(check.known_failure) if check.known_failure else None,
         check.original_status,
         plot.convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None,
+        clean_text(check.failure_class, 20) if check.failure_class else None, bool(check.flaky),
+        len(check.attempts), None, repro_command(cell_id, column.check) if needs_repro else "",
     )
 
 
@@ -272,7 +305,8 @@ def pass_ranges(cells: Iterable[CellResult], axes: Iterable[str] = PACKAGE_AXES)
 
 
 def build_report(cells: Iterable[CellResult], *, title: str = "", notes: Iterable[str] = (),
-                 problems: Iterable[str] = ()) -> Report:
+                 problems: Iterable[str] = (), changes: dict[tuple[str, str], str] | None = None,
+                 last_known_good: Iterable[str] = ()) -> Report:
     """The support table of `cells`; the same cells always give the same report."""
     problems = [clean_text(p, 400) for p in problems]
     cells = sorted(cells, key=lambda c: (c.cell_id, c.finished))
@@ -317,6 +351,8 @@ def build_report(cells: Iterable[CellResult], *, title: str = "", notes: Iterabl
                                            "showing the first", 400))
                 continue
             entry = row.entries[index] = _entry(cell, cell_id, lock, check, columns[index])
+            if changes is not None:
+                entry.change = changes.get((cell.cell_id, check.check))
             counts[entry.status] += 1
             has_emulated = has_emulated or entry.emulated
 
@@ -327,10 +363,16 @@ def build_report(cells: Iterable[CellResult], *, title: str = "", notes: Iterabl
         key = (lambda v: (0 if v else 1, v)) if axis in ("device", "image") else version_key
         ranks.append({v: i for i, v in enumerate(sorted(values, key=key))})
     row_list = [rows[k] for k in sorted(rows, key=lambda k: tuple(r[v] for r, v in zip(ranks, k)))]
+    change_counts = None
+    if changes is not None:
+        # New failures first: the rows that hold one move to the top, in their usual order.
+        row_list.sort(key=lambda row: not any(e.change == "new failure" for e in row.entries.values()))
+        change_counts = dict(Counter(e.change or "new entry" for row in row_list for e in row.entries.values()))
     return Report(
         title=clean_text(title or "Qwen3.5 RL-stack compatibility report", 200), axes=axes, columns=columns,
         rows=row_list, ranges=pass_ranges(kept, [a for a in PACKAGE_AXES if a in axes]),
         summary={s.value: counts[s] for s in Status},
         notes=[clean_text(n, 1000) for n in notes if str(n).strip()], problems=problems,
-        cell_count=len(kept), has_emulated=has_emulated,
+        cell_count=len(kept), has_emulated=has_emulated, changes=change_counts,
+        last_known_good=[clean_text(line, 400) for line in last_known_good],
     )
