@@ -52,8 +52,8 @@ def bench_environments(pins: list[str], work: Path) -> dict:
     cold_cache = {**uv_env, "UV_CACHE_DIR": str(work / "uv-cache-cold")}
     for label, env in (("uv_cold_cache_s", cold_cache), ("uv_new_env_warm_cache_s", uv_env)):
         target = work / label
-        figures[label] = _timed([uv, "venv", "-q", "--python", sys.executable, str(target)], env) + _timed(
-            [uv, "pip", "install", "-q", "--python", str(target / "bin" / "python"), *pins, "packaging"], env)
+        figures[label] = round(_timed([uv, "venv", "-q", "--python", sys.executable, str(target)], env) + _timed(
+            [uv, "pip", "install", "-q", "--python", str(target / "bin" / "python"), *pins, "packaging"], env), 2)
     # A warm cell: what a second run of the matrix does (cellenv.build on an existing environment).
     log = work / "setup.log"
     cellenv.build("warm", pins, work / "envs", log)
@@ -64,8 +64,8 @@ def bench_environments(pins: list[str], work: Path) -> dict:
     cellenv.build("second", pins, work / "envs", log)
     figures["extra_disk_per_extra_cell_mb"] = round(unshared_bytes(second) / 2**20, 1)
     pip_env = work / "pip-venv"
-    figures["pip_venv_s"] = _timed([sys.executable, "-m", "venv", str(pip_env)]) + _timed(
-        [str(pip_env / "bin" / "python"), "-m", "pip", "install", "-q", *pins, "packaging"])
+    figures["pip_venv_s"] = round(_timed([sys.executable, "-m", "venv", str(pip_env)]) + _timed(
+        [str(pip_env / "bin" / "python"), "-m", "pip", "install", "-q", *pins, "packaging"]), 2)
     figures["pip_venv_disk_mb"] = round(unshared_bytes(pip_env) / 2**20, 1)
     figures["warm_speedup_vs_pip"] = round(figures["pip_venv_s"] / max(figures["uv_warm_env_reuse_s"], 1e-3), 1)
     figures["new_env_speedup_vs_pip"] = round(figures["pip_venv_s"] / figures["uv_new_env_warm_cache_s"], 1)
@@ -77,11 +77,13 @@ def bench_report(cells: int) -> dict:
     from .report.synthetic import synthetic_cells
 
     data = synthetic_cells(cells, seed=0)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     report = build_report(data)
     md, html, js = to_markdown(report), to_html(report), json.dumps(to_json(report))
-    elapsed = time.perf_counter() - start
-    return {"cells": cells, "render_s": round(elapsed, 3), "markdown_bytes": len(md.encode()),
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    # On a shared machine wall time includes waiting for a core; CPU time is the work itself.
+    return {"cells": cells, "render_s": round(elapsed, 3), "render_cpu_s": round(cpu, 3),
+            "load_average": round(os.getloadavg()[0], 1), "markdown_bytes": len(md.encode()),
             "html_bytes": len(html.encode()), "json_bytes": len(js.encode())}
 
 
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     pins = matrix.load(ROOT / "matrices" / "cpu.toml").select(tags=["smoke"])[0].requirements
     info = envinfo.capture()
-    figures: dict = {"date": dt.date.today().isoformat(), "machine": {
+    figures: dict = {"date": dt.date.today().isoformat(), "load_average_at_start": round(os.getloadavg()[0], 1),
+                     "machine": {
         "cpu": info["cpu"], "cores": os.cpu_count(), "os": info["os"], "python": platform.python_version()}}
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
         work = Path(tmp)

@@ -28,7 +28,7 @@ class Progress:
             if self.interactive:
                 self.stream.write(f"\r\033[K{self._bar()} {'reusing' if reused else 'running'} {cell_id}")
             elif not reused:
-                self.stream.write(f"[{self.done + 1}/{self.total}] {cell_id}: running\n")
+                self.stream.write(f"[{self.done}/{self.total} done] {cell_id}: running\n")
             self.stream.flush()
 
     def finished(self, cell_id: str, statuses) -> None:

@@ -2,6 +2,7 @@
 lock and reruns the check: `python -m harness repro CELL_ID --check NAME`."""
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -10,12 +11,16 @@ from .errors import InputError
 from .results import CheckResult, load_cell
 
 
+_PLAIN = re.compile(r"^[A-Za-z0-9_.+\-/=:]+$")
+
+
 def command(cell_id: str, check: str, results_dir: str | None = None) -> str:
     """The repro command the report shows for one entry (quoted for a POSIX shell)."""
     parts = ["python", "-m", "harness", "repro", cell_id, "--check", check]
     if results_dir:
         parts += ["--dir", results_dir]
-    return shlex.join(parts)
+    # Ids and check names are plain words: skip shlex for them (the report builds thousands of these).
+    return " ".join(parts) if all(_PLAIN.match(p) for p in parts) else shlex.join(parts)
 
 
 def find_cell(cell_id: str, search: list[Path]) -> Path:
