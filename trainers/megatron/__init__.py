@@ -1,0 +1,1 @@
+"""GRPO on megatron-core for the tiny Qwen3.5 models, through a Hugging Face <-> Megatron bridge."""
