@@ -93,16 +93,16 @@ def report(session: nox.Session) -> None:
         session.run("python", "-m", "harness", "report", target)
 
 
-def _dev_pins() -> list[str]:
-    """The pins the tests run against: the CPU matrix's cell tagged `smoke`."""
-    cells = matrix.load(MATRICES["cpu"]).select(tags=["smoke"])
-    return cells[0].requirements
+def _pins(tag: str) -> list[str]:
+    """The pins of the CPU matrix's cell with `tag`: `dev` for the tests (the newest stack with
+    megatron-core), `smoke` for the benchmarks."""
+    return matrix.load(MATRICES["cpu"]).select(tags=[tag])[0].requirements
 
 
 @nox.session(tags=["all", "tests"])
 def tests(session: nox.Session) -> None:
     """The project's tests (pytest, parallel with xdist)."""
-    session.install(*_dev_pins(), "pytest", "pytest-xdist", "nox[uv]", "check-jsonschema")
+    session.install(*_pins("dev"), "pytest", "pytest-xdist", "nox[uv]", "check-jsonschema")
     _install_harness(session)
     args = session.posargs or ["-n", "2", "--dist", "loadfile"]
     # pytest exits 5 when a selection collects no test (e.g. `nox -s tests -- -k nothing`): not a failure.
@@ -112,7 +112,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(tags=["all", "bench"])
 def bench(session: nox.Session) -> None:
     """Benchmarks: cell environments (uv vs pip, cold and warm, disk), report rendering, checks."""
-    session.install(*_dev_pins())
+    session.install(*_pins("smoke"))
     _install_harness(session)
     session.run("python", "-m", "harness.bench", "--out", str(ROOT / "bench" / "figures.json"), *session.posargs)
 

@@ -1,75 +1,236 @@
-"""Benchmark: GRPO time to the reward threshold on the toy task, steps per second, peak memory.
+"""Benchmark: GRPO time to the reward threshold, ours against TRL's GRPOTrainer, side by side.
 
-Runs the FSDP trainer as one process on ONE CPU thread with the grpo-convergence reference's
-settings, and writes the figures to --out (JSON). The side-by-side TRL GRPOTrainer run of the
-issue is NOT implemented yet: the output says so under "trl" rather than inventing a figure.
+    python -m harness.bench_grpo --out FILE [--seeds 0 1 2] [--steps 25] [--cap 300]
+
+Both sides train the same tiny Qwen3.5 text model (same seeded weights) on the convergence
+reference's toy task and settings (group size, prompts per step and the prompts themselves, max
+new tokens, temperature, learning rate, AdamW, clip range, no KL; trainers/references/
+grpo_fsdp_text.json) on ONE CPU thread. Ours is the FSDP trainer as `python -m trainers.fsdp` runs
+it (one process); TRL runs harness/bench_trl.py in an environment of its own, built here with uv
+(TRL is not a project dependency) with this environment's torch, transformers and tensordict.
+Each side is its own subprocess, so its peak RSS is its own (`os.wait4`); it is killed at the cap.
+
+Time to threshold: seconds of the training loop (imports and model build are reported apart, as
+startup) up to the end of the first step whose trailing mean reward over `window` steps is >= the
+threshold. Both sides' steps are timed by the same StepClock, in wall and in CPU seconds (CPU time
+moves less when the machine is loaded). The load average is recorded before and after, and the
+sides alternate order from seed to seed so neither always runs second.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import resource
+import platform
+import statistics
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
+from harness import cellenv
 from harness.checks.grpo_convergence import reference_path
 from harness.results import write_json_atomic
 
+# The newest TRL at the time of writing; its metadata asks only transformers>=4.56.2, so it installs
+# with the transformers 5.x releases that have Qwen3.5.
+TRL_VERSION = "1.16.0"
+PINNED = ("torch", "transformers", "tensordict")  # copied from this environment into TRL's
+THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+              "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+COMPARED = ("seconds_to_threshold", "cpu_seconds_to_threshold", "threshold_step", "steps_per_second",
+            "peak_rss_mib", "startup_seconds")
 
-def run_ours(work: Path, steps: int, reference: dict) -> dict:
-    metrics = work / "bench_fsdp.jsonl"
-    command = [sys.executable, "-m", "trainers.fsdp", "--device", "cpu", "--steps", str(steps),
-               "--seed", str(reference["seed"]), "--metrics", str(metrics)]
-    for key, value in reference["trainer_args"].items():
-        command += [f"--{key.replace('_', '-')}", str(value)]
+
+def time_to_threshold(rewards: list[float], seconds: list[float], threshold: float,
+                      window: int) -> tuple[int | None, float | None]:
+    """(first step whose trailing `window`-step mean reward >= threshold, the cumulative seconds at
+    its end); (None, None) when never reached. Steps before the first full window do not count."""
+    for step in range(window - 1, len(rewards)):
+        if sum(rewards[step - window + 1: step + 1]) / window >= threshold:
+            return step, seconds[step]
+    return None, None
+
+
+class StepClock:
+    """Both sides' step log, kept by the same code: after each step, its mean reward and the wall
+    and CPU seconds since the clock started (just before the first step)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.write_text("", encoding="utf-8")
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def record(self, step: int, reward_mean: float, threads: int) -> None:
+        line = {"step": step, "reward_mean": reward_mean, "seconds": time.perf_counter() - self.wall,
+                "cpu_seconds": time.process_time() - self.cpu, "threads": threads}
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line) + "\n")
+
+
+def train_ours(settings: dict, metrics: Path) -> None:
+    """Our trainer, step by step as trainers.fsdp's run() drives it (one process, one thread)."""
+    import torch
+    import torch.distributed as dist
+
+    from trainers.fsdp.config import TrainConfig
+    from trainers.fsdp.train import GRPOTrainer
+
+    trainer = GRPOTrainer(TrainConfig(device="cpu", model="text", **settings))
+    clock = StepClock(metrics)
+    for step in range(settings["steps"]):
+        clock.record(step, trainer.step(step)["reward_mean"], torch.get_num_threads())
+    dist.destroy_process_group()
+
+
+def run_capped(command: list[str], env: dict[str, str], log: Path, cap: float) -> dict:
+    """Run a command, killed after `cap` seconds: exit code, wall seconds, peak RSS (MiB)."""
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(done.stderr[-3000:])
-    from trainers.metrics import read_metrics
+    timed_out = False
+    with open(log, "wb") as out:
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        while True:  # os.wait4, not Popen.wait: it returns this child's own resource usage
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - started > cap and not timed_out:
+                child.kill()
+                timed_out = True
+            time.sleep(0.05)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return {"exit_code": child.returncode, "timed_out": timed_out, "wall_seconds": time.perf_counter() - started,
+            "peak_rss_mib": usage.ru_maxrss / 1024}  # ru_maxrss is in KiB on Linux
 
-    records = read_metrics(metrics)
-    step_seconds = [r["rollout_seconds"] + r["update_seconds"] + r["sync_seconds"] for r in records]
+
+def summarise(records: list[dict], run: dict, reference: dict, log: Path) -> dict:
+    rewards = [r["reward_mean"] for r in records]
     threshold, window = reference["threshold"], reference["final_window"]
-    reached = None
-    for index in range(window - 1, len(records)):
-        if sum(r["reward_mean"] for r in records[index - window + 1: index + 1]) / window > threshold:
-            reached = index
-            break
+    step, seconds = time_to_threshold(rewards, [r["seconds"] for r in records], threshold, window)
+    _, cpu_seconds = time_to_threshold(rewards, [r["cpu_seconds"] for r in records], threshold, window)
+    loop = records[-1]["seconds"] if records else 0.0
+    return {**run, "steps": len(records), "reached": step is not None, "threshold_step": step,
+            "seconds_to_threshold": seconds, "cpu_seconds_to_threshold": cpu_seconds,
+            "steps_per_second": len(records) / loop if loop else None, "loop_seconds": loop,
+            "startup_seconds": run["wall_seconds"] - loop,  # process start to first step, and teardown
+            "threads": sorted({r["threads"] for r in records}), "reward_curve": [round(r, 6) for r in rewards],
+            "log_tail": cellenv.tail(log, lines=15) if run["exit_code"] != 0 and not run["timed_out"] else None}
+
+
+def run_side(side: str, python: str, env: dict[str, str], work: Path, settings: dict, reference: dict,
+             cap: float) -> dict:
+    """One side in its own process; its figures from its step log and its resource usage."""
+    stem = work / f"{side}-seed{settings['seed']}"
+    settings_file, metrics, log = (Path(f"{stem}{suffix}") for suffix in (".settings.json", ".jsonl", ".log"))
+    settings_file.write_text(json.dumps(settings), encoding="utf-8")
+    worker = ["harness.bench_trl"] if side == "trl" else ["harness.bench_grpo", "--worker"]
+    run = run_capped([python, "-m", *worker, "--settings", str(settings_file), "--metrics", str(metrics)],
+                     env, log, cap)
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] \
+        if metrics.exists() else []
+    return {"seed": settings["seed"], **summarise(records, run, reference, log)}
+
+
+def build_trl_env(trl_version: str, env_root: Path, work: Path) -> cellenv.CellEnv:
+    pins = [f"{name}=={metadata.version(name).split('+')[0]}" for name in PINNED]
+    return cellenv.build(f"bench-trl-{trl_version}", [*pins, f"trl=={trl_version}"], env_root,
+                         work / "trl-env-setup.log")
+
+
+def versions(trl_env: cellenv.CellEnv) -> dict:
+    wanted = {"trl", "transformers", "torch", "tensordict", "accelerate", "datasets", "tokenizers"}
+    theirs = {}
+    for line in cellenv.freeze(trl_env).splitlines():
+        name, sep, version = line.partition("==")
+        if sep and name.lower() in wanted:
+            theirs[name.lower()] = version
+    return {"python": platform.python_version(), "ours_env": {n: metadata.version(n) for n in PINNED},
+            "trl_env": theirs}
+
+
+def compare(ours: list[dict], trl: list[dict]) -> dict:
+    """Medians over seeds, and ratios TRL / ours (above 1: ours is faster, or leaner)."""
+    def median(runs: list[dict], key: str) -> float | None:
+        values = [run[key] for run in runs if run.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    out: dict = {key: {"ours": median(ours, key), "trl": median(trl, key)} for key in COMPARED}
+    reached = all(run["reached"] for run in ours + trl)
+    for key, ratio in (("seconds_to_threshold", "speedup_to_threshold"),
+                       ("cpu_seconds_to_threshold", "speedup_to_threshold_cpu"),
+                       ("peak_rss_mib", "memory_ratio")):
+        pair = out[key]
+        out[ratio] = pair["trl"] / pair["ours"] if reached or key == "peak_rss_mib" else None
+    rate = out["steps_per_second"]
+    out["speedup_steps_per_second"] = rate["ours"] / rate["trl"] if rate["ours"] and rate["trl"] else None
+    if not reached:
+        out["note"] = "no speedup to threshold: a side did not reach the threshold on every seed"
+    out["target_2x_met"] = bool(out["speedup_to_threshold"] and out["speedup_to_threshold"] >= 2.0)
+    return out
+
+
+def benchmark(args: argparse.Namespace) -> dict:
+    reference = json.loads(reference_path("fsdp", "text").read_text(encoding="utf-8"))
+    work = args.out.resolve().parent
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    trl_env = build_trl_env(args.trl, args.env_root, work)
+    env_seconds = time.perf_counter() - started
+    load_before = os.getloadavg()
+    pythons = {"ours": (sys.executable, {**os.environ, **THREAD_ENV}), "trl": (str(trl_env.python),
+                                                                             trl_env.run_env(THREAD_ENV))}
+    runs: dict[str, list[dict]] = {"ours": [], "trl": []}
+    seeds = args.seeds or [reference["seed"]]
+    for index, seed in enumerate(seeds):
+        settings = {**reference["trainer_args"], "seed": seed, "steps": args.steps}
+        for side in ("ours", "trl") if index % 2 == 0 else ("trl", "ours"):
+            figures = run_side(side, *pythons[side], work, settings, reference, args.cap)
+            runs[side].append(figures)
+            print(f"{side} seed {seed}: threshold step {figures['threshold_step']}, {figures['seconds_to_threshold']}"
+                  f" s, {figures['steps_per_second']} steps/s, {figures['peak_rss_mib']:.0f} MiB", flush=True)
     return {
-        "trainer": "trainers.fsdp (1 process, 1 thread)",
-        "steps": len(records),
-        "steps_per_second": len(records) / sum(step_seconds),
-        "wall_seconds": wall,
-        "startup_seconds": wall - sum(step_seconds),
-        "threshold": threshold,
-        "threshold_step": reached,
-        "seconds_to_threshold": sum(step_seconds[: reached + 1]) if reached is not None else None,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-        "reward_curve": [r["reward_mean"] for r in records],
+        "what": "GRPO time to the reward threshold: ours (trainers.fsdp, 1 process) vs TRL GRPOTrainer, 1 CPU thread",
+        "settings": {**reference["trainer_args"], "steps": args.steps, "seeds": seeds, "model": "text",
+                     "threshold": reference["threshold"], "window": reference["final_window"], "threads": 1,
+                     "cap_seconds": args.cap,
+                     "trl_matched": "num_generations, prompts per step (the same prompts in the same order), "
+                                    "max_completion_length, temperature, top_p 1, top_k 0, constant lr, adamw_torch, "
+                                    "weight_decay 0, max_grad_norm, epsilon, beta, loss_type dapo (token-mean over "
+                                    "the batch with one process), fp32, no gradient checkpointing, no vLLM"},
+        "versions": versions(trl_env),
+        "load_average": {"before": list(load_before), "after": list(os.getloadavg()), "cores": os.cpu_count()},
+        "trl_env_seconds": env_seconds,
+        "summary": compare(runs["ours"], runs["trl"]),
+        **runs,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench_grpo", description=__doc__)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--model", default="text")
+    parser = argparse.ArgumentParser(prog="python -m harness.bench_grpo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--steps", type=int, default=25, help="steps per side (the reference reaches 0.6 by ~14)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--cap", type=float, default=300.0, help="seconds per side and seed before it is killed")
+    parser.add_argument("--trl", default=TRL_VERSION, help="TRL version for its environment")
+    parser.add_argument("--env-root", type=Path,
+                        default=Path(os.environ.get("HARNESS_ENV_ROOT", cellenv.PROJECT_ROOT / ".harness" / "envs")))
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # internal: our side's process
+    parser.add_argument("--settings", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--metrics", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    reference = json.loads(reference_path("fsdp", args.model).read_text(encoding="utf-8"))
-    work = args.out.parent
-    work.mkdir(parents=True, exist_ok=True)
-    figures = {"ours": run_ours(work, args.steps, reference),
-               "trl": {"measured": False, "reason": "side-by-side TRL GRPOTrainer run not implemented yet"},
-               "load_average": os.getloadavg()}
+    if args.worker:
+        train_ours(json.loads(args.settings.read_text(encoding="utf-8")), args.metrics)
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
+    figures = benchmark(args)
     write_json_atomic(args.out, figures)
-    print(json.dumps({k: v for k, v in figures["ours"].items() if k != "reward_curve"}, indent=1))
+    print(json.dumps({k: figures[k] for k in ("summary", "load_average", "versions")}, indent=1))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)  # a worker that tore down a process group can abort at interpreter exit otherwise

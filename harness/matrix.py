@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from . import axes as ax
@@ -35,10 +36,11 @@ class Cell:
     checks: tuple[str, ...]
     known_failures: tuple[KnownFailure, ...] = ()
     runner: str = ""  # the CI runner label this cell needs (matrix default, or a [[runners]] rule)
+    extra_requirements: tuple[str, ...] = ()  # undeclared dependencies of the pins (from [[include]])
 
     @property
     def requirements(self) -> list[str]:
-        return ax.requirements(self.axes)
+        return ax.requirements(self.axes) + list(self.extra_requirements)
 
 
 @dataclass
@@ -126,6 +128,20 @@ class _Loader:
         self.unknown_keys(table, set(ax.ALL_AXES), where)
         return {axis: self.axis_values(axis, values, f"{where}.{axis}") for axis, values in table.items()}
 
+    def requirements(self, values: Any, where: str) -> tuple[str, ...]:
+        """Extra requirements for undeclared dependencies: exact `name==version` pins only."""
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise self.error(where, "expected a list of requirements like \"einops==0.8.1\"")
+        for value in values:
+            try:
+                req = Requirement(value)
+            except InvalidRequirement as exc:
+                raise self.error(where, f"{value!r} is not a requirement ({exc})") from None
+            specs = list(req.specifier)
+            if req.url or req.marker or req.extras or len(specs) != 1 or specs[0].operator != "==":
+                raise self.error(where, f"{value!r}: expected an exact pin like einops==0.8.1")
+        return tuple(values)
+
     def selector(self, table: Any, where: str) -> Selector:
         try:
             return Selector.parse(table, where)
@@ -183,15 +199,20 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
     for axis in ("backend", "model", "device"):
         if axis not in base:
             raise ld.error(f"axes.{axis}", "missing; every matrix names its backend, model and device")
-    products = [base]
+    products = [(base, ())]
     for i, entry in enumerate(ld.rules(data, "include")):
-        products.append({**base, **ld.axes_table(entry, f"include[{i}]")})
+        entry = dict(entry)
+        extras = ld.requirements(entry.pop("requirements", []), f"include[{i}].requirements")
+        products.append(({**base, **ld.axes_table(entry, f"include[{i}]")}, extras))
     combos: dict[str, dict[str, str]] = {}
-    for product in products:
+    extra_for: dict[str, tuple[str, ...]] = {}
+    for product, extras in products:
         order = [a for a in ax.ALL_AXES if a in product]
         for values in itertools.product(*(product[a] for a in order)):
             axes = dict(zip(order, values))
-            combos.setdefault(ax.cell_id(axes), axes)
+            if ax.cell_id(axes) not in combos:
+                combos[ax.cell_id(axes)] = axes
+                extra_for[ax.cell_id(axes)] = extras
 
     for i, entry in enumerate(ld.rules(data, "exclude")):
         selector = ld.selector(entry, f"exclude[{i}]")
@@ -239,7 +260,7 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         tags = {name, axes["backend"], axes["model"], axes["device"]} | {r.tag for r in tag_rules if r.when.matches(axes)}
         runner = next((r.tag for r in reversed(runner_rules) if r.when.matches(axes)), default_runner)
         cells.append(Cell(name, cid, axes, tuple(sorted(tags)), tuple(checks),
-                          tuple(k for k in known if k.when.matches(axes)), runner))
+                          tuple(k for k in known if k.when.matches(axes)), runner, extra_for[cid]))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
                   default_runner, meta.get("python"), memory, cells, notes)
 

@@ -45,8 +45,8 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def reusable(out_dir: Path, cell: Cell, wanted: tuple[str, ...]) -> CellResult | None:
-    """The finished result of this cell, if it has every wanted check and the same pins."""
+def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
+    """This cell's earlier result file, if readable and made with the same pins."""
     path = cell_path(out_dir, cell.id)
     if not path.exists():
         return None
@@ -54,9 +54,7 @@ def reusable(out_dir: Path, cell: Cell, wanted: tuple[str, ...]) -> CellResult |
         done = load_cell(path)
     except ValueError:
         return None  # corrupt or from an older schema: run it again
-    if done.axes != cell.axes or any(done.check(name) is None for name in wanted):
-        return None
-    return done
+    return done if done.axes == cell.axes else None
 
 
 def apply_known_failures(result: CheckResult, cell: Cell, today: dt.date | None = None) -> CheckResult:
@@ -84,8 +82,10 @@ def _check_args(cell: Cell, opts: RunOptions) -> list[str]:
     return args
 
 
-def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions) -> CellResult:
+def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult | None = None) -> CellResult:
+    """Run the cell's checks; those `earlier` already holds are kept, not run again."""
     wanted = opts.checks or cell.checks
+    kept = {c.check: c for c in (earlier.checks if earlier else []) if c.check in wanted}
     rel = Path("cells") / cell.id
     cell_dir = opts.out_dir / rel
     started, start = _now(), time.perf_counter()
@@ -107,13 +107,14 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions) -> CellResult:
                 break  # the pins conflict: trying again cannot help
     if env is None:
         what = "the pins cannot be installed together" if failure == "test" else "environment setup failed"
-        result.checks = [CheckResult(name, Status.ERROR, f"{what}: {attempts[-1]['reason']}", log=result.setup_log,
-                                     failure_class=failure, attempts=attempts[:-1]) for name in wanted]
+        result.checks = [kept.get(name) or CheckResult(
+            name, Status.ERROR, f"{what}: {attempts[-1]['reason']}", log=result.setup_log, failure_class=failure,
+            attempts=attempts[:-1]) for name in wanted]
     else:
         result.lock = str(rel / "lock.txt")
         result.environment = _capture(env, opts)
         for name in wanted:
-            result.checks.append(_one_check(name, cell, matrix, env, opts, rel))
+            result.checks.append(kept.get(name) or _one_check(name, cell, matrix, env, opts, rel))
     result.finished, result.duration = _now(), round(time.perf_counter() - start, 3)
     write_json_atomic(cell_path(opts.out_dir, cell.id), result.to_dict())
     return result
@@ -157,12 +158,12 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
         "matrix": matrix.name, "title": matrix.description, "matrix_file": matrix.path.name,
         "notes": [{"text": n.text, "cells": n.cells} for n in matrix.notes]})
     progress = opts.progress or Progress(len(cells))
-    wanted = opts.checks or matrix.checks
 
     def one(cell: Cell) -> CellResult:
-        done = None if opts.redo else reusable(opts.out_dir, cell, tuple(wanted))
-        progress.started(cell.id, reused=done is not None)
-        done = done or run_cell(cell, matrix, opts)
+        earlier = None if opts.redo else previous_result(opts.out_dir, cell)
+        complete = earlier is not None and all(earlier.check(name) for name in (opts.checks or cell.checks))
+        progress.started(cell.id, reused=complete)
+        done = earlier if complete else run_cell(cell, matrix, opts, earlier)
         progress.finished(cell.id, [c.status for c in done.checks])
         return done
 

@@ -40,7 +40,7 @@ def execute(name: str, options: checks.CheckOptions) -> CheckResult:
             frames = "".join(traceback.format_exception(exc)[-6:])
             result = CheckResult(name, Status.ERROR, f"{type(exc).__name__}: {exc}"[:2000],
                                  metrics={"traceback": frames[-4000:]})
-    result.duration = round(time.perf_counter() - start, 3)
+    result.check, result.duration = name, round(time.perf_counter() - start, 3)
     return result
 
 
@@ -93,7 +93,7 @@ def run_isolated(python: Path | str, name: str, args: list[str], log_path: Path,
     if result_path.exists():
         try:
             result = CheckResult.from_dict(json.loads(result_path.read_text()))
-            result.duration = duration
+            result.check, result.duration = name, duration  # the request names the result
             return result
         except (ValueError, KeyError, TypeError) as exc:
             return CheckResult(name, Status.CRASH, f"unreadable result file ({exc}). Log tail:\n{tail(log_path)}",

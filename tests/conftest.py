@@ -19,5 +19,5 @@ def project_env(monkeypatch):
     """Environment for a child `python -m harness`: the project and test resources importable."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(RESOURCES / "checks"), env.get("PYTHONPATH", "")])
-    env["HARNESS_EXTRA_CHECKS"] = "misbehave=misbehaving"
+    env["HARNESS_EXTRA_CHECKS"] = "misbehave=misbehaving,misbehave-too=misbehaving"
     return env

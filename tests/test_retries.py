@@ -59,3 +59,17 @@ def test_conflicting_pins_are_a_test_finding_and_not_retried(tmp_path, project_e
     check = run(tmp_path, {**project_env, "MISBEHAVE": "pass"}, 'transformers = ["5.3.0"]\nvllm = ["0.18.0"]')
     assert check["status"] == "error" and check["failure_class"] == "test"
     assert "cannot be installed together" in check["message"] and check["attempts"] == []
+
+
+def test_a_check_added_to_the_matrix_runs_alone_in_finished_cells(tmp_path, project_env):
+    env = {**project_env, "MISBEHAVE": "slow", "MISBEHAVE_SECONDS": "0", "MISBEHAVE_PIDS": str(tmp_path / "runs")}
+    run(tmp_path, env)
+    assert len((tmp_path / "runs").read_text().split()) == 1
+    (tmp_path / "m.toml").write_text(MATRIX.format(extra="").replace('["misbehave"]', '["misbehave", "misbehave-too"]'))
+    done = subprocess.run([sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out", str(tmp_path / "out"),
+                           "--env-root", str(tmp_path / "envs"), "--no-index-check", "--no-report"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert len((tmp_path / "runs").read_text().split()) == 2  # only the new check ran
+    (cell,) = (tmp_path / "out" / "cells").glob("*.json")
+    assert [c["check"] for c in json.loads(cell.read_text())["checks"]] == ["misbehave", "misbehave-too"]

@@ -79,3 +79,21 @@ def test_left_pad_and_engine_choice():
     if importlib.util.find_spec("vllm") is None:
         with pytest.raises(RuntimeError):
             make_rollout("vllm", _model(), model_dir=".")
+
+
+def test_a_model_without_linear_attention_still_rolls_out_with_exact_logprobs():
+    # Qwen3.5's stock cache rejects such a model in transformers 5.3 to 5.9; the engine then decodes
+    # without a cache. Either way its log-probs must equal the trainer's recomputation.
+    import torch
+
+    from trainers.fsdp.train import response_logprobs
+    from trainers.models import build_model
+    from trainers.rollout import HFRollout
+
+    model = build_model("text", {"layer_types": ["full_attention"] * 4}, seed=0)
+    engine = HFRollout(model)
+    batch = engine.generate([[5, 6, 7], [8, 9]], 6, 1.0, seed=3)
+    with torch.no_grad():
+        recomputed, _ = response_logprobs(model, batch, 1.0)
+    assert float(((recomputed - batch.logprobs) * batch.response_mask).abs().max()) < 1e-5
+    assert engine.use_cache == (engine.cache_error is None)

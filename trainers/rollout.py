@@ -93,10 +93,33 @@ class HFRollout:
         pad = pad_token_id if pad_token_id is not None else getattr(config, "pad_token_id", None)
         self.pad_token_id = 0 if pad is None else pad
         self.vocab_size = config.vocab_size
+        self.layer_types = list(getattr(config, "layer_types", None) or ["linear_attention"])
+        self.use_cache, self.cache_error = True, None
 
     def sync_weights(self, weights) -> None:
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
         self.model.load_state_dict(state, strict=True)
+
+    def _forward(self, prompt, responses, attention_mask, step_ids, step_positions, past):
+        """One decoding step, with the KV cache where the model's cache works.
+
+        Qwen3.5's stock cache rejects a model without any linear-attention layer in transformers
+        5.3 to 5.9 (a ValueError at its first or second use). Such a model then decodes without a
+        cache, recomputing the whole sequence each step: slower, same tokens and log-probs.
+        """
+        if self.use_cache:
+            try:
+                out = self.model(input_ids=step_ids, attention_mask=attention_mask, position_ids=step_positions,
+                                 past_key_values=past, use_cache=True)
+                return out, out.past_key_values
+            except ValueError as exc:
+                if "linear_attention" in self.layer_types:
+                    raise
+                self.use_cache, self.cache_error = False, f"{type(exc).__name__}: {exc}"
+        ids = torch.cat([prompt, responses], dim=1)
+        out = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=positions_from_mask(attention_mask),
+                         use_cache=False)
+        return out, None
 
     @torch.no_grad()
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 1.0, seed=0) -> RolloutBatch:
@@ -117,9 +140,7 @@ class HFRollout:
         past = None
         step_ids, step_positions = input_ids, positions_from_mask(attention_mask)
         for t in range(max_new_tokens):
-            out = self.model(input_ids=step_ids, attention_mask=attention_mask, position_ids=step_positions,
-                             past_key_values=past, use_cache=True)
-            past = out.past_key_values
+            out, past = self._forward(input_ids, responses[:, :t], attention_mask, step_ids, step_positions, past)
             logits = out.logits[:, -1, :].float()
             if temperature > 0:
                 scaled = logits / temperature

@@ -28,7 +28,7 @@ from . import CheckOptions
 
 NAME = "grpo-convergence"
 REFERENCES = Path(__file__).resolve().parents[2] / "trainers" / "references"
-TRAINER_MODULES = {"fsdp": "trainers.fsdp"}  # backend -> module taking the same flags
+TRAINER_MODULES = {"fsdp": "trainers.fsdp", "megatron": "trainers.megatron"}  # backend -> module, same flags
 NPROC = 2
 RUN_TIMEOUT = 800.0  # seconds; below the registry's 900 s for this check
 # Used only when a reference file is first created; afterwards the file is the authority.
@@ -53,7 +53,7 @@ def trainer_command(backend: str, model: str, steps: int, seed: int, metrics: Pa
                     model_config: Path | None = None) -> list[str]:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NPROC),
                "-m", TRAINER_MODULES[backend], "--model", model, "--steps", str(steps), "--seed", str(seed),
-               "--device", "cpu", "--metrics", str(metrics)]
+               "--device", os.environ.get("HARNESS_DEVICE", "cpu"), "--metrics", str(metrics)]
     if model_config is not None:
         command += ["--model-config", str(model_config)]
     for key, value in args.items():
