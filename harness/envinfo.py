@@ -9,6 +9,7 @@ import importlib.metadata
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,19 @@ def _torch_devices() -> dict:
     return info
 
 
+def _device_tool_report() -> dict[str, str]:
+    """`nvidia-smi` / `npu-smi info` output where those tools exist, first 4 KB each."""
+    report = {}
+    for name, argv in (("nvidia_smi", ["nvidia-smi"]), ("npu_smi", ["npu-smi", "info"])):
+        if shutil.which(argv[0]):
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+                report[name] = (done.stdout + done.stderr)[:4096]
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                report[name] = f"failed: {exc}"
+    return report
+
+
 def safe_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     environ = os.environ if environ is None else environ
     return {k: environ[k] for k in ENV_ALLOWLIST if k in environ and not SECRET_RE.search(k)}
@@ -98,4 +112,5 @@ def capture() -> dict:
         "image_digest": os.environ.get("HARNESS_IMAGE_DIGEST"),
         "in_container": Path("/.dockerenv").exists(),
         "env": safe_environment(),
+        "device_tools": _device_tool_report(),
     }
