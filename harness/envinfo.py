@@ -92,6 +92,19 @@ def _device_tool_report() -> dict[str, str]:
     return report
 
 
+def project_revision() -> str | None:
+    """The harness's own git revision ('+dirty' with uncommitted changes): cells run the working tree."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists() or not shutil.which("git"):
+        return None
+    try:
+        done = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty=+dirty", "--abbrev=12"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None
+
+
 def safe_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     environ = os.environ if environ is None else environ
     return {k: environ[k] for k in ENV_ALLOWLIST if k in environ and not SECRET_RE.search(k)}
@@ -113,4 +126,5 @@ def capture() -> dict:
         "in_container": Path("/.dockerenv").exists(),
         "env": safe_environment(),
         "device_tools": _device_tool_report(),
+        "harness_revision": project_revision(),
     }

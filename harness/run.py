@@ -85,7 +85,9 @@ def _check_args(cell: Cell, opts: RunOptions) -> list[str]:
 def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult | None = None) -> CellResult:
     """Run the cell's checks; those `earlier` already holds are kept, not run again."""
     wanted = opts.checks or cell.checks
-    kept = {c.check: c for c in (earlier.checks if earlier else []) if c.check in wanted}
+    kept = {c.check: c for c in (earlier.checks if earlier else [])}
+    for name in wanted if opts.redo else ():
+        kept.pop(name, None)  # redo these; the cell's other results stay
     rel = Path("cells") / cell.id
     cell_dir = opts.out_dir / rel
     started, start = _now(), time.perf_counter()
@@ -110,11 +112,13 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
         result.checks = [kept.get(name) or CheckResult(
             name, Status.ERROR, f"{what}: {attempts[-1]['reason']}", log=result.setup_log, failure_class=failure,
             attempts=attempts[:-1]) for name in wanted]
+        result.checks += [check for name, check in kept.items() if name not in wanted]
     else:
         result.lock = str(rel / "lock.txt")
         result.environment = _capture(env, opts)
         for name in wanted:
             result.checks.append(kept.get(name) or _one_check(name, cell, matrix, env, opts, rel))
+        result.checks += [check for name, check in kept.items() if name not in wanted]
     result.finished, result.duration = _now(), round(time.perf_counter() - start, 3)
     write_json_atomic(cell_path(opts.out_dir, cell.id), result.to_dict())
     return result
@@ -160,8 +164,9 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
     progress = opts.progress or Progress(len(cells))
 
     def one(cell: Cell) -> CellResult:
-        earlier = None if opts.redo else previous_result(opts.out_dir, cell)
-        complete = earlier is not None and all(earlier.check(name) for name in (opts.checks or cell.checks))
+        earlier = previous_result(opts.out_dir, cell)
+        complete = not opts.redo and earlier is not None and all(
+            earlier.check(name) for name in (opts.checks or cell.checks))
         progress.started(cell.id, reused=complete)
         done = earlier if complete else run_cell(cell, matrix, opts, earlier)
         progress.finished(cell.id, [c.status for c in done.checks])

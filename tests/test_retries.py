@@ -73,3 +73,17 @@ def test_a_check_added_to_the_matrix_runs_alone_in_finished_cells(tmp_path, proj
     assert len((tmp_path / "runs").read_text().split()) == 2  # only the new check ran
     (cell,) = (tmp_path / "out" / "cells").glob("*.json")
     assert [c["check"] for c in json.loads(cell.read_text())["checks"]] == ["misbehave", "misbehave-too"]
+
+
+def test_redo_of_some_checks_keeps_the_cells_other_results(tmp_path, project_env):
+    env = {**project_env, "MISBEHAVE": "slow", "MISBEHAVE_SECONDS": "0", "MISBEHAVE_PIDS": str(tmp_path / "runs")}
+    (tmp_path / "m.toml").write_text(MATRIX.format(extra="").replace('["misbehave"]', '["misbehave", "misbehave-too"]'))
+    base = [sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out", str(tmp_path / "out"),
+            "--env-root", str(tmp_path / "envs"), "--no-index-check", "--no-report"]
+    assert subprocess.run(base, cwd=ROOT, env=env, capture_output=True, timeout=600).returncode == 0
+    done = subprocess.run(base + ["--redo", "--checks", "misbehave-too"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert len((tmp_path / "runs").read_text().split()) == 3  # two, then only the redone one
+    (cell,) = (tmp_path / "out" / "cells").glob("*.json")
+    assert sorted(c["check"] for c in json.loads(cell.read_text())["checks"]) == ["misbehave", "misbehave-too"]
