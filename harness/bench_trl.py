@@ -9,16 +9,18 @@ The settings are the convergence reference's trainer options (the same ones our 
 Everything TRL lets us match is matched: the model and its seeded weights, the prompts of every
 step in the same order, group size, prompts per step, max new tokens, temperature, learning rate,
 AdamW without weight decay at a constant rate, gradient clipping, the clip range, no KL, the
-token-mean loss, fp32 on one CPU thread. One JSON line per step: the step's mean reward and the
-seconds since training began (TRL's whole loop: generation, reward, update, logging).
+token-mean loss, fp32 on one CPU thread. Not matched: the sampling noise (TRL samples with torch's
+global generator, ours with per-row seeds) and the advantage's epsilon (TRL 1e-4, ours 1e-6).
+Steps are logged by bench_grpo's StepClock, as ours are: TRL's whole loop (generation, reward,
+update, its own logging) counts.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 SPECIAL = {0: "<pad>", 1: "<bos>", 2: "<eos>"}  # the zoo's pad, bos and eos ids
 
