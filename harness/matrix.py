@@ -224,25 +224,8 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
     if not combos:
         raise ld.error("exclude", "every cell is excluded")
 
-    tag_rules = []
-    for i, entry in enumerate(ld.rules(data, "tags")):
-        tag = entry.get("tag")
-        if not isinstance(tag, str) or not ax.TAG_RE.match(tag):
-            raise ld.error(f"tags[{i}].tag", "expected a tag of letters, digits, '.', '_' or '-'")
-        rule = TagRule(tag, ld.selector(entry.get("when"), f"tags[{i}].when"))
-        if not any(rule.when.matches(a) for a in combos.values()):
-            raise ld.error(f"tags[{i}]", f"tag {tag!r} matches no cell ({rule.when.describe()})")
-        tag_rules.append(rule)
-
-    runner_rules = []
-    for i, entry in enumerate(ld.rules(data, "runners")):
-        label = entry.get("label")
-        if not isinstance(label, str) or not ax.TAG_RE.match(label):
-            raise ld.error(f"runners[{i}].label", "expected a runner label of letters, digits, '.', '_' or '-'")
-        rule = TagRule(label, ld.selector(entry.get("when"), f"runners[{i}].when"))
-        if not any(rule.when.matches(a) for a in combos.values()):
-            raise ld.error(f"runners[{i}]", f"runner {label!r} matches no cell ({rule.when.describe()})")
-        runner_rules.append(rule)
+    tag_rules = _label_rules(ld, data, combos, "tags", "tag")
+    runner_rules = _label_rules(ld, data, combos, "runners", "label")
     default_runner = str(meta.get("runner", ""))
     if default_runner and not ax.TAG_RE.match(default_runner):
         raise ld.error("matrix.runner", "expected a runner label of letters, digits, '.', '_' or '-'")
@@ -263,6 +246,21 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
                           tuple(k for k in known if k.when.matches(axes)), runner, extra_for[cid]))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
                   default_runner, meta.get("python"), memory, cells, notes)
+
+
+def _label_rules(ld: _Loader, data: dict, combos: dict[str, dict[str, str]], section: str,
+                 key: str) -> list[TagRule]:
+    """[[tags]] and [[runners]]: a label and a `when` selector that must match some cell."""
+    rules = []
+    for i, entry in enumerate(ld.rules(data, section)):
+        label = entry.get(key)
+        if not isinstance(label, str) or not ax.TAG_RE.match(label):
+            raise ld.error(f"{section}[{i}].{key}", f"expected a {key} of letters, digits, '.', '_' or '-'")
+        rule = TagRule(label, ld.selector(entry.get("when"), f"{section}[{i}].when"))
+        if not any(rule.when.matches(a) for a in combos.values()):
+            raise ld.error(f"{section}[{i}]", f"{key} {label!r} matches no cell ({rule.when.describe()})")
+        rules.append(rule)
+    return rules
 
 
 def _known_failure(ld: _Loader, entry: dict, i: int, combos: dict[str, dict[str, str]]) -> KnownFailure:

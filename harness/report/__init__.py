@@ -10,15 +10,13 @@ listed in the report; they never stop it.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .. import history
 from ..errors import InputError, ResultsError
-from ..results import CellResult, Status, load_cell, write_json_atomic
+from ..results import CellResult, Status, load_cell, write_json_atomic, write_text_atomic
 from .html import to_html
 from .markdown import to_markdown
 from .table import REPORT_SCHEMA_VERSION, Report, build_report, clean_text
@@ -137,21 +135,6 @@ def to_json(report: Report) -> dict[str, Any]:
         "changes": report.changes,
         "last_known_good": list(report.last_known_good),
     }
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Like results.write_json_atomic: a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def last_known_good_lines(history: dict) -> list[str]:
