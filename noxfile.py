@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from harness import devices, matrix, pipconfig  # noqa: E402  (after the path is set)
+from trainers import determinism  # noqa: E402
 
 # uv ignores pip's configuration: forward the find-links and constraints pip uses on this machine,
 # so that uv takes the local CPU torch wheel instead of downloading the CUDA build.
@@ -49,10 +50,14 @@ def _run_matrix(session: nox.Session, name: str, *args: str) -> None:
 
 
 def _require(session: nox.Session, device: str) -> None:
+    """Stop at once without the accelerator; with it, set the device's determinism settings
+    (trainers/determinism.py) before anything in the session starts the device runtime."""
     present, evidence = devices.probe(device)
     if not present:
         session.error(f"{session.name} needs device {device!r}, and this machine has none "
                       f"({evidence.splitlines()[0]}). On a CPU-only machine run `nox -s cpu-fsdp-qwen35`.")
+    for key, value in determinism.environment(device).items():
+        session.env.setdefault(key, os.environ.get(key, value))
 
 
 @nox.session(name="cpu-fsdp-qwen35", tags=["all", "cpu", "matrix"])
@@ -102,7 +107,7 @@ def _pins(tag: str) -> list[str]:
 @nox.session(tags=["all", "tests"])
 def tests(session: nox.Session) -> None:
     """The project's tests (pytest, parallel with xdist)."""
-    session.install(*_pins("dev"), "pytest", "pytest-xdist", "nox[uv]", "check-jsonschema")
+    session.install(*_pins("dev"), "pytest", "pytest-xdist", "nox[uv]", "check-jsonschema", "ray", "docker")
     _install_harness(session)
     args = session.posargs or ["-n", "2", "--dist", "loadfile"]
     # pytest exits 5 when a selection collects no test (e.g. `nox -s tests -- -k nothing`): not a failure.

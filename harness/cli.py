@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--retries", type=int, default=2, help="extra tries after an infra failure or a crash")
     run.add_argument("--no-index-check", action="store_true", help="do not ask the index whether releases exist")
     run.add_argument("--no-report", action="store_true", help="do not render the report after the run")
+    run.add_argument("--ray", default=None, metavar="ADDRESS",
+                     help="run the cells as Ray tasks on a cluster: host:port, ray://host:port, auto, or local "
+                          "(starts one on this machine)")
 
     chk = sub.add_parser("check", help="run one check in the current environment")
     chk.add_argument("name")
@@ -127,8 +130,16 @@ def cmd_run(args) -> int:
         raise InputError("--jobs: expected a whole number of at least 1")
     if not 0 <= args.retries <= 10:
         raise InputError("--retries: expected a whole number from 0 to 10")
+    if args.timeout is not None and not 0 < args.timeout <= 7 * 24 * 3600:
+        raise InputError(f"--timeout: expected seconds above 0 and at most a week, got {args.timeout:g}")
+    if args.ray is not None:
+        from .ray_dispatch import import_ray, validate_address
+
+        validate_address(args.ray)
+        import_ray()
     cells = m.select(args.cells, args.tags)
-    for device in sorted({c.axes["device"] for c in cells}):
+    # On Ray the cluster's nodes hold the devices (the dispatcher checks their resources), not this machine.
+    for device in sorted({c.axes["device"] for c in cells}) if args.ray is None else ():
         devices.require(device, f"matrix {m.path.name}")
     if not args.no_index_check:
         wanted: dict[str, set[str]] = {}
@@ -143,7 +154,12 @@ def cmd_run(args) -> int:
                       retries=args.retries)
     print(f"matrix {m.name}: {len(cells)} cells, checks {', '.join(opts.checks or m.checks)} -> {out}",
           file=sys.stderr)
-    run_matrix(m, cells, opts)
+    if args.ray is not None:
+        from .ray_dispatch import run_on_ray
+
+        run_on_ray(m, cells, opts, args.ray)
+    else:
+        run_matrix(m, cells, opts)
     if not args.no_report:
         _write_report(out)
     return 0

@@ -17,7 +17,8 @@ from pathlib import Path
 PACKAGES = ("torch", "torch-npu", "transformers", "tensordict", "vllm", "vllm-ascend", "megatron-core",
             "mbridge", "megatron-bridge", "accelerate", "flash-linear-attention", "causal-conv1d", "numpy")
 ENV_ALLOWLIST = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "OMP_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG",
-                 "HCCL_DETERMINISTIC", "NCCL_ALGO", "HARNESS_IMAGE", "HARNESS_IMAGE_DIGEST", "HARNESS_DEVICE")
+                 "HCCL_DETERMINISTIC", "NCCL_ALGO", "NCCL_PROTO", "CLOSE_MATMUL_K_SHIFT", "HARNESS_IMAGE",
+                 "HARNESS_IMAGE_DIGEST", "HARNESS_DEVICE")
 SECRET_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE", re.I)
 
 

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from trainers import determinism
 
 from . import cellenv, checks, runner
 from .matrix import Cell, Matrix
@@ -55,6 +58,25 @@ def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
     except ValueError:
         return None  # corrupt or from an older schema: run it again
     return done if done.axes == cell.axes else None
+
+
+def reusable(cell: Cell, opts: RunOptions) -> tuple[CellResult | None, bool]:
+    """(earlier result, complete): a complete cell already holds every wanted check and is reused, not run.
+
+    Shared by the local runner and the Ray dispatcher so that both skip the same cells.
+    """
+    earlier = previous_result(opts.out_dir, cell)
+    complete = not opts.redo and earlier is not None and all(
+        earlier.check(name) for name in (opts.checks or cell.checks))
+    return earlier, complete
+
+
+def write_run_info(matrix: Matrix, opts: RunOptions) -> None:
+    """run.json: what the report needs to know about the matrix (title, file, notes)."""
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(opts.out_dir / "run.json", {
+        "matrix": matrix.name, "title": matrix.description, "matrix_file": matrix.path.name,
+        "notes": [{"text": n.text, "cells": n.cells} for n in matrix.notes]})
 
 
 def apply_known_failures(result: CheckResult, cell: Cell, today: dt.date | None = None) -> CheckResult:
@@ -124,6 +146,13 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     return result
 
 
+def check_environment(cell: Cell, opts: RunOptions) -> dict[str, str]:
+    """Variables for a check process: the device, and its determinism settings (set before the
+    device runtime starts; a value the user exported wins)."""
+    settings = {k: v for k, v in determinism.environment(cell.axes["device"]).items() if k not in os.environ}
+    return {**settings, **opts.extra_env, "HARNESS_DEVICE": cell.axes["device"]}
+
+
 def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts: RunOptions, rel: Path) -> CheckResult:
     spec = checks.CHECKS[name]
     if cell.axes["backend"] not in spec.backends:
@@ -133,7 +162,7 @@ def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts
     attempts: list[dict] = []
     for attempt in range(opts.retries + 1):
         outcome = runner.run_isolated(env.python, name, _check_args(cell, opts), opts.out_dir / log, timeout,
-                                      env.run_env({**opts.extra_env, "HARNESS_DEVICE": cell.axes["device"]}),
+                                      env.run_env(check_environment(cell, opts)),
                                       matrix.memory_limit_mb)
         if outcome.status is not Status.CRASH or attempt == opts.retries:
             break
@@ -157,16 +186,11 @@ def _capture(env: cellenv.CellEnv, opts: RunOptions) -> dict:
 
 
 def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[CellResult]:
-    opts.out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(opts.out_dir / "run.json", {
-        "matrix": matrix.name, "title": matrix.description, "matrix_file": matrix.path.name,
-        "notes": [{"text": n.text, "cells": n.cells} for n in matrix.notes]})
+    write_run_info(matrix, opts)
     progress = opts.progress or Progress(len(cells))
 
     def one(cell: Cell) -> CellResult:
-        earlier = previous_result(opts.out_dir, cell)
-        complete = not opts.redo and earlier is not None and all(
-            earlier.check(name) for name in (opts.checks or cell.checks))
+        earlier, complete = reusable(cell, opts)
         progress.started(cell.id, reused=complete)
         done = earlier if complete else run_cell(cell, matrix, opts, earlier)
         progress.finished(cell.id, [c.status for c in done.checks])

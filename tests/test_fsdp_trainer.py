@@ -81,6 +81,20 @@ def test_one_rank_run_matches_two_ranks(tmp_path, runs):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.slow
+def test_one_rank_is_unsharded_by_default_and_matches_fsdp2(tmp_path, runs):
+    # One rank has nothing to shard: the default keeps a plain module, `--shard always` wraps it
+    # in FSDP2 anyway; both follow the same trajectory. Two ranks always shard.
+    plain = read_metrics(_train(tmp_path, "one-plain", nproc=1))
+    sharded = read_metrics(_train(tmp_path, "one-sharded", "--shard", "always", nproc=1))
+    assert [r["sharded"] for r in plain] == [False] * 3 and [r["sharded"] for r in sharded] == [True] * 3
+    assert all(r["sharded"] for r in read_metrics(runs["plain"]))
+    assert [r["reward_mean"] for r in plain] == [r["reward_mean"] for r in sharded]
+    for a, b in zip(plain, sharded):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+
+
 # A short run raising the reward is tested by tests/test_grpo_convergence.py (real 2-rank run).
 
 

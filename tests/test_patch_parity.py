@@ -19,7 +19,8 @@ from harness.checks.parity_inputs import Models
 from harness.checks.patch_parity import TOLERANCES, run
 from harness.results import Status
 from trainers.patches.base import Patch
-from trainers.patches.fused_logprob import DelegatingPatch, logprobs_and_entropy
+from trainers.patches.base import DelegatingPatch
+from trainers.patches.fused_logprob import logprobs_and_entropy
 
 FP32 = {"float32": TOLERANCES["float32"]}
 QWEN35 = "transformers.models.qwen3_5.modeling_qwen3_5"

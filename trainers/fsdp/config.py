@@ -16,6 +16,7 @@ from ..grpo import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from ..models import MODEL_KINDS
 from ..rollout import ROLLOUTS
 from ..tasks import TASKS
+from .parallelize import SHARD_POLICIES
 
 
 @dataclass
@@ -41,6 +42,7 @@ class TrainConfig:
     mini_batches: int = 1  # optimizer steps per rollout (each on its share of the batch)
     ppo_epochs: int = 1
     offload: bool = False
+    shard: str = "auto"  # auto: FSDP2 when there is more than one rank or offload; always: also one rank
     grad_checkpointing: bool = False
     rollout: str = "hf"
     device: str | None = None  # cpu, cuda or npu; None picks the accelerator present
@@ -51,7 +53,7 @@ class TrainConfig:
     def validate(self) -> None:
         problems = []
         choices = {"model": MODEL_KINDS, "kl_estimator": KL_ESTIMATORS, "loss_agg": LOSS_AGGREGATIONS,
-                   "rollout": ROLLOUTS, "task": tuple(TASKS)}
+                   "rollout": ROLLOUTS, "task": tuple(TASKS), "shard": SHARD_POLICIES}
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 problems.append(f"{key}={getattr(self, key)!r} (expected one of {', '.join(allowed)})")

@@ -1,6 +1,10 @@
 """All FSDP2 sharding decisions, in one function and a fixed order (as torchtitan does):
 gradient checkpointing, then `fully_shard` on each embedding, each transformer block,
-and finally the root, with one mixed-precision and one offload policy for all of them."""
+and finally the root, with one mixed-precision and one offload policy for all of them.
+
+Whether to shard at all is decided here too (`should_shard`): one rank without offload has
+nothing to shard and nothing to move, so by default the model stays a plain module there, as
+torchtitan leaves it at a data-parallel degree of 1. `shard="always"` wraps it anyway."""
 from __future__ import annotations
 
 import torch
@@ -30,10 +34,26 @@ def embedding_units(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, nn.Embedding)]
 
 
+SHARD_POLICIES = ("auto", "always")
+
+
+def should_shard(world_size: int, offload: bool, shard: str = "auto") -> bool:
+    """FSDP2 for more than one rank, or for CPU offload (only FSDP2 moves the parameters)."""
+    if shard not in SHARD_POLICIES:
+        raise ValueError(f"unknown shard policy {shard!r}; expected one of {', '.join(SHARD_POLICIES)}")
+    return shard == "always" or world_size > 1 or offload
+
+
 def parallelize(model: nn.Module, plan: DevicePlan, *, mesh=None, offload: bool = False,
-                gradient_checkpointing: bool = False) -> nn.Module:
+                gradient_checkpointing: bool = False, world_size: int | None = None,
+                shard: str = "always") -> nn.Module:
+    """Shard `model` in place (and return it). `world_size` defaults to the process group's."""
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if world_size is None:
+        world_size = mesh.size() if mesh is not None else torch.distributed.get_world_size()
+    if not should_shard(world_size, offload, shard):
+        return model
     kwargs = {
         "mesh": mesh,
         # Pinned host memory needs an accelerator: CPUOffloadPolicy() fails at fully_shard without one.

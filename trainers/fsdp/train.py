@@ -13,6 +13,11 @@ Layout of one step (every rank runs the same code; `torchrun` starts the ranks):
 4. After the optimizer step every rank gathers the full state dict
    (`get_model_state_dict(full_state_dict=True)`) and pushes it into its engine.
 Rank 0 writes one JSON line of globally reduced metrics per step.
+
+Before the model is built the trainer applies its patch set (trainers.patches.training: the
+position-embedding fix, the fused log-prob forward, the fitted Gated DeltaNet chunk, and the
+torch_npu ops on NPU) and the device's determinism settings; `close()` removes the patches.
+One rank without offload is not sharded (see parallelize.should_shard; `--shard always`).
 """
 from __future__ import annotations
 
@@ -23,11 +28,14 @@ import time
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule
 
-from .. import grpo
+from .. import determinism, grpo
 from ..device import DevicePlan, plan as device_plan, set_cpu_threads
 from ..metrics import MetricsWriter
 from ..models import build_model
+from ..patches import training as training_patches
+from ..patches.fused_logprob import IGNORE_INDEX, logprobs_and_entropy
 from ..rollout import RolloutBatch, make_rollout
 from ..tasks import make_task
 from .config import TrainConfig
@@ -49,21 +57,21 @@ def init_distributed(plan: DevicePlan) -> tuple[int, int, torch.device]:
     return dist.get_rank(), dist.get_world_size(), device
 
 
-def response_logits(model, batch: RolloutBatch, temperature: float) -> torch.Tensor:
-    """Logits that predict each response token, divided by the sampling temperature."""
-    positions = (batch.attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions,
-                use_cache=False)
-    return out.logits[:, batch.prompt_width - 1:-1, :].float() / temperature
-
-
 def response_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy: bool = False):
-    """The trainer's recomputation of the sampled tokens' log-probs, (B, R), 0 off the mask."""
-    logits = response_logits(model, batch, temperature)
-    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, batch.response_ids[..., None]).squeeze(-1)
-    logprobs = logprobs * batch.response_mask
-    entropy = grpo.entropy_from_logits(logits) if with_entropy else None
-    return logprobs, entropy
+    """The trainer's recomputation of the sampled tokens' log-probs at the sampling temperature,
+    (B, R), 0 off the mask; and the policy's entropy at each response position when asked.
+
+    Through the fused log-prob forward: position t scores the token at t+1, and only response
+    tokens are labelled, so the prompt costs no log-softmax work beyond its chunk.
+    """
+    positions = (batch.attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+    labels = torch.full_like(batch.input_ids, IGNORE_INDEX)
+    labels[:, batch.prompt_width - 1:-1] = torch.where(batch.response_mask.bool(), batch.response_ids,
+                                                       IGNORE_INDEX)
+    logprobs, entropy = logprobs_and_entropy(model, batch.input_ids, batch.attention_mask, temperature,
+                                             labels=labels, position_ids=positions)
+    response = slice(batch.prompt_width - 1, -1)
+    return logprobs[:, response] * batch.response_mask, entropy[:, response] if with_entropy else None
 
 
 def _all_sum(values: list[float], device, op=dist.ReduceOp.SUM) -> list[float]:
@@ -88,18 +96,23 @@ class GRPOTrainer:
         self.plan = device_plan(config.device)
         if self.plan.type == "cpu":
             set_cpu_threads()
+        self.determinism = determinism.apply(self.plan.type)
         self.rank, self.world, self.device = init_distributed(self.plan)
         if config.batch_prompts % self.world:
             raise ValueError(f"batch_prompts={config.batch_prompts} does not split over {self.world} ranks")
         self.task = make_task(config.task)
+        self.patches = training_patches.apply_for(self.plan.type)  # before the model is built
+        if self.rank == 0:
+            print(f"trainer: {self.patches.summary()}", flush=True)
         policy = self._build_model()
         self.rollout = make_rollout(config.rollout, policy)  # an unsharded copy, made before sharding
-        self.policy = parallelize(policy, self.plan, offload=config.offload,
-                                  gradient_checkpointing=config.grad_checkpointing)
+        shard = {"offload": config.offload, "world_size": self.world, "shard": config.shard}
+        self.policy = parallelize(policy, self.plan, gradient_checkpointing=config.grad_checkpointing, **shard)
+        self.sharded = isinstance(self.policy, FSDPModule)
         self.policy.train()
         self.reference = None
         if config.kl_coef > 0:  # frozen initial policy, sharded like the policy
-            self.reference = parallelize(self._build_model(), self.plan, offload=config.offload)
+            self.reference = parallelize(self._build_model(), self.plan, **shard)
             self.reference.eval().requires_grad_(False)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr,
                                            weight_decay=config.weight_decay)
@@ -211,18 +224,27 @@ class GRPOTrainer:
         std = max(squares / count - mean * mean, 0.0) ** 0.5
         record = {"step": step, "reward_mean": mean, "reward_std": std, **stats,
                   "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,
-                  "sync_seconds": sync_seconds, "rank": self.rank, "world_size": self.world}
+                  "sync_seconds": sync_seconds, "rank": self.rank, "world_size": self.world,
+                  "sharded": self.sharded}
         self.writer.write(record)
         return record
 
     def train(self) -> list[dict[str, float]]:
         return [self.step(step) for step in range(self.config.steps)]
 
+    def close(self) -> None:
+        """Remove the patches this trainer applied (the process group is the caller's)."""
+        self.patches.remove()
+
 
 def run(config: TrainConfig) -> list[dict[str, float]]:
     """Train, then tear the process group down (the caller ends a worker with os._exit)."""
+    trainer = None
     try:
-        return GRPOTrainer(config).train()
+        trainer = GRPOTrainer(config)
+        return trainer.train()
     finally:
+        if trainer is not None:
+            trainer.close()
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -24,7 +24,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .. import grpo
+from .. import determinism, grpo
 from ..device import plan as device_plan, set_cpu_threads
 from ..metrics import MetricsWriter
 from ..rollout import RolloutBatch, make_rollout
@@ -129,6 +129,7 @@ class MegatronGRPOTrainer:
         self.plan = device_plan(config.device)
         if self.plan.type == "cpu":
             set_cpu_threads()
+        self.determinism = determinism.apply(self.plan.type)
         init_distributed(self.plan)
         init_model_parallel(config.sizes)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()

@@ -14,6 +14,7 @@ PATCH_MODULES = (
     "trainers.patches.pos_embed",
     "trainers.patches.fused_logprob",
     "trainers.patches.packed_forward",
+    "trainers.patches.gated_delta_chunk",
     "trainers.patches.npu_ops",
 )
 

@@ -146,3 +146,28 @@ class Patch:
             yield self
         finally:
             self.remove()
+
+
+@dataclass
+class DelegatingPatch(Patch):
+    """A patch whose replacement wraps the stock attribute: `make(stock) -> replacement`.
+
+    The stock function is only known once the target is resolved, so the replacement is built
+    at `apply()` time.
+    """
+
+    make: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+    stock: Callable[..., Any] | None = field(default=None, repr=False)
+
+    def apply(self) -> None:
+        if self.applied:
+            return
+        self.check_applicable()
+        owner, attr = resolve(self.target)
+        self.stock = getattr(owner, attr)
+        self.replacement = self.make(self.stock)
+        super().apply()
+
+    def remove(self) -> None:
+        super().remove()
+        self.stock = None

@@ -23,36 +23,11 @@ import torch
 import torch.nn.functional as F
 from packaging.specifiers import SpecifierSet
 
-from .base import Patch, resolve
+from .base import DelegatingPatch, Patch, resolve
 
 DEFAULT_CHUNK_SIZE = 512  # tokens per chunk: chunk x vocab floats live at once
 IGNORE_INDEX = -100
 _FUSED_KWARGS = ("return_logprobs", "temperature", "logprob_labels", "logprob_chunk_size")
-
-
-@dataclass
-class DelegatingPatch(Patch):
-    """A patch whose replacement wraps the stock attribute: `make(stock) -> replacement`.
-
-    The stock function is only known once the target is resolved, so the replacement is built
-    at `apply()` time. (A candidate for base.py: packed_forward uses it too.)
-    """
-
-    make: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
-    stock: Callable[..., Any] | None = field(default=None, repr=False)
-
-    def apply(self) -> None:
-        if self.applied:
-            return
-        self.check_applicable()
-        owner, attr = resolve(self.target)
-        self.stock = getattr(owner, attr)
-        self.replacement = self.make(self.stock)
-        super().apply()
-
-    def remove(self) -> None:
-        super().remove()
-        self.stock = None
 
 
 class ChunkedLogProbEntropy(torch.autograd.Function):

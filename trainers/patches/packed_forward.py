@@ -35,8 +35,7 @@ from typing import Any
 import torch
 from packaging.specifiers import SpecifierSet
 
-from .base import Patch
-from .fused_logprob import DelegatingPatch
+from .base import DelegatingPatch, Patch
 
 # Keyword arguments that describe packing; the stock layer must not see them (5.23 raises on them).
 PACKED_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx", "cu_seqlens")

@@ -3,15 +3,34 @@
 Registered through HARNESS_EXTRA_CHECKS; the behaviour is chosen by the check's name.
 """
 import os
+import signal
 import time
 
 from harness.results import CheckResult, Status
 
 
+def _parent_title() -> str:
+    """The command line of the process that started this check (a Ray worker names itself ray::...)."""
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return ""
+
+
 def run(options):
     mode = os.environ.get("MISBEHAVE", "pass")
     if mode == "pass":
-        return CheckResult("misbehave", Status.PASS, "fine", metrics={"answer": 42})
+        return CheckResult("misbehave", Status.PASS, "fine", metrics={"answer": 42, "runner": _parent_title()})
+    if mode in ("kill-runner", "kill-runner-once"):  # the process running the cell dies (a lost Ray worker)
+        marker = os.environ.get("MISBEHAVE_MARKER", "")
+        if mode == "kill-runner" or not os.path.exists(marker):
+            if marker:
+                open(marker, "w").close()
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(60)  # killed with its parent (PR_SET_PDEATHSIG)
+        return CheckResult("misbehave", Status.PASS, "passed after the runner was replaced",
+                           metrics={"runner": _parent_title()})
     if mode == "slow":
         pid_file = os.environ.get("MISBEHAVE_PIDS")
         if pid_file:
