@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 from . import checks, devices, index, matrix, runner
-from .axes import PACKAGE_AXES
 from .errors import HarnessError, InputError, NewFailures
 from .results import write_json_atomic
 
@@ -144,10 +143,9 @@ def cmd_run(args) -> int:
     if not args.no_index_check:
         wanted: dict[str, set[str]] = {}
         for cell in cells:
-            for axis, dist in PACKAGE_AXES.items():
-                if axis in cell.axes:
-                    wanted.setdefault(dist, set()).add(cell.axes[axis])
-        index.check_releases(wanted, str(m.path))
+            for dist, version in cell.pinned_releases().items():
+                wanted.setdefault(dist, set()).add(version)
+        index.check_releases(wanted, m.locate)
     out = args.out or Path("reports") / m.name
     opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=args.jobs, redo=args.redo,
                       checks=tuple(args.checks or ()), seed=args.seed, steps=args.steps, timeout=args.timeout,

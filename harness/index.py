@@ -7,6 +7,7 @@ import json
 import re
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -105,15 +106,21 @@ class PackageIndex:
         return any(spec.contains(v, prereleases=True) for v in self.versions(distribution))
 
 
-def check_releases(requirements: dict[str, set[str]], where: str, index: PackageIndex | None = None) -> None:
-    """Raise InputError naming the first (distribution, version) that the index does not have."""
+def check_releases(requirements: dict[str, set[str]], where: str | Callable[[str, str], str],
+                   index: PackageIndex | None = None) -> None:
+    """Raise InputError naming the first (distribution, version) that the index does not have.
+
+    `where` names the source: a string, or a function of (distribution, version) that finds the
+    line pinning it."""
     index = index or PackageIndex()
+    locate = where if callable(where) else (lambda _dist, _version: where)
     for distribution in sorted(requirements):
         available = index.versions(distribution)
         if not available:
-            raise InputError(f"{where}: package {distribution!r} not found on {index.url}")
+            some = next(iter(requirements[distribution]))
+            raise InputError(f"{locate(distribution, some)}: package {distribution!r} not found on {index.url}")
         for version in sorted(requirements[distribution], key=Version):
             if not index.has(distribution, version):
                 newest = ", ".join(str(v) for v in sorted(available)[-3:])
-                raise InputError(f"{where}: {distribution} {version} does not exist on {index.url} "
-                                 f"(newest: {newest})")
+                raise InputError(f"{locate(distribution, version)}: {distribution} {version} does not exist on "
+                                 f"{index.url} (newest: {newest})")

@@ -21,6 +21,7 @@ from .checks import CHECKS
 from .errors import InputError
 from .rules import KnownFailure, Note, RuleError, Selector, TagRule
 
+PYTHON_RE = re.compile(r"^3\.\d{1,2}(\.\d{1,3})?$")  # what uv's --python gets: a version, never an option
 TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "runners", "known_failures", "notes"}
 MATRIX_KEYS = {"name", "description", "checks", "timeout", "runner", "python", "memory_limit_mb"}
 RULE_KEYS = {"tags": {"tag", "when"}, "runners": {"label", "when"}, "known_failures": {"check", "verdict", "when", "reason", "link", "expires"},
@@ -42,6 +43,14 @@ class Cell:
     def requirements(self) -> list[str]:
         return ax.requirements(self.axes) + list(self.extra_requirements)
 
+    def pinned_releases(self) -> dict[str, str]:
+        """Distribution -> exact version of everything this cell pins (axes and extra pins)."""
+        pins = {dist: self.axes[axis] for axis, dist in ax.PACKAGE_AXES.items() if axis in self.axes}
+        for value in self.extra_requirements:
+            req = Requirement(value)  # validated as an exact pin when the matrix was loaded
+            pins[req.name] = next(iter(req.specifier)).version
+        return pins
+
 
 @dataclass
 class Matrix:
@@ -55,6 +64,15 @@ class Matrix:
     memory_limit_mb: int | None
     cells: list[Cell]
     notes: list[Note] = field(default_factory=list)
+
+    def locate(self, distribution: str, version: str) -> str:
+        """'FILE, line N' of the line that pins `version` (preferring one that names the package)."""
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        quoted = (f'"{version}"', f"'{version}'", f"=={version}")
+        hits = [n for n, line in enumerate(lines, 1) if any(q in line for q in quoted)]
+        named = [n for n in hits if distribution.replace("-", "_") in lines[n - 1].replace("-", "_")]
+        line = (named or hits or [0])[0]
+        return f"{self.path}, line {line}" if line else str(self.path)
 
     def select(self, ids: list[str] | None = None, tags: list[str] | None = None) -> list[Cell]:
         """Cells with any of `ids` and any of `tags`; an id or tag that matches nothing is an error."""
@@ -165,6 +183,8 @@ def load(path: str | Path) -> Matrix:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{path}: cannot read matrix file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); matrix files are TOML, which is UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -191,6 +211,9 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
     timeout = meta.get("timeout")
     if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0):
         raise ld.error("matrix.timeout", "expected a positive number of seconds")
+    python = meta.get("python")
+    if python is not None and (not isinstance(python, str) or not PYTHON_RE.match(python)):
+        raise ld.error("matrix.python", 'expected a Python version such as "3.11" or "3.11.7"')
     memory = meta.get("memory_limit_mb")
     if memory is not None and (not isinstance(memory, int) or isinstance(memory, bool) or memory < 256):
         raise ld.error("matrix.memory_limit_mb", "expected a whole number of MiB, at least 256")
@@ -206,13 +229,17 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         products.append(({**base, **ld.axes_table(entry, f"include[{i}]")}, extras))
     combos: dict[str, dict[str, str]] = {}
     extra_for: dict[str, tuple[str, ...]] = {}
-    for product, extras in products:
+    for index, (product, extras) in enumerate(products):
         order = [a for a in ax.ALL_AXES if a in product]
+        added = 0
         for values in itertools.product(*(product[a] for a in order)):
             axes = dict(zip(order, values))
             if ax.cell_id(axes) not in combos:
                 combos[ax.cell_id(axes)] = axes
                 extra_for[ax.cell_id(axes)] = extras
+                added += 1
+        if index and not added:  # products[0] is [axes]; an include that adds nothing is a mistake
+            raise ld.error(f"include[{index - 1}]", "adds no cell: every combination it names is already in the matrix")
 
     for i, entry in enumerate(ld.rules(data, "exclude")):
         selector = ld.selector(entry, f"exclude[{i}]")
@@ -230,7 +257,7 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
     if default_runner and not ax.TAG_RE.match(default_runner):
         raise ld.error("matrix.runner", "expected a runner label of letters, digits, '.', '_' or '-'")
 
-    known = [_known_failure(ld, entry, i, combos) for i, entry in enumerate(ld.rules(data, "known_failures"))]
+    known = [_known_failure(ld, entry, i, combos, checks) for i, entry in enumerate(ld.rules(data, "known_failures"))]
     notes = []
     for i, entry in enumerate(ld.rules(data, "notes")):
         if not isinstance(entry.get("text"), str) or not entry["text"].strip():
@@ -263,13 +290,17 @@ def _label_rules(ld: _Loader, data: dict, combos: dict[str, dict[str, str]], sec
     return rules
 
 
-def _known_failure(ld: _Loader, entry: dict, i: int, combos: dict[str, dict[str, str]]) -> KnownFailure:
+def _known_failure(ld: _Loader, entry: dict, i: int, combos: dict[str, dict[str, str]],
+                   checks: list[str]) -> KnownFailure:
     where = f"known_failures[{i}]"
     for key in ("check", "when", "reason", "link", "expires"):
         if key not in entry:
             raise ld.error(f"{where}.{key}", "missing; a known failure needs check, when, reason, link and expires")
     if entry["check"] not in CHECKS:
         raise ld.error(f"{where}.check", f"unknown check {entry['check']!r}; expected one of {', '.join(CHECKS)}")
+    if entry["check"] not in checks:
+        raise ld.error(f"{where}.check", f"check {entry['check']!r} is not run by this matrix "
+                                         f"(matrix.checks: {', '.join(checks)})")
     if not isinstance(entry["reason"], str) or not entry["reason"].strip():
         raise ld.error(f"{where}.reason", "expected a sentence saying why it fails")
     link = entry["link"]

@@ -36,7 +36,7 @@ from .errors import EnvironmentMissing, InputError
 from .matrix import Cell, Matrix
 from .progress import Progress
 from .results import CellResult, CheckResult, Status, write_json_atomic, write_text_atomic
-from .run import RunOptions, cell_path, reusable, run_cell, write_run_info
+from .run import RunOptions, cell_path, kept_results, reusable, run_cell, write_run_info
 
 RUN_TOKEN = ".ray-run-token"
 LOG_TAIL_BYTES = 64 * 1024  # per shipped log: enough to see why, small enough for the object store
@@ -130,9 +130,7 @@ def execute_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResu
 def crash_result(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult | None, reason: str) -> CellResult:
     """The record of a cell whose task failed for good: its wanted checks `crash`, class infra."""
     wanted = opts.checks or cell.checks
-    kept = {c.check: c for c in (earlier.checks if earlier else [])}
-    for name in wanted if opts.redo else ():
-        kept.pop(name, None)
+    kept = kept_results(earlier, wanted, opts.redo)
     message = f"the Ray task running this cell failed after {opts.retries} retries: {reason[-1500:]}"
     result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags))
     result.checks = [kept.get(name) or CheckResult(name, Status.CRASH, message, failure_class="infra")

@@ -19,7 +19,7 @@ from trainers import determinism
 from . import cellenv, checks, runner
 from .matrix import Cell, Matrix
 from .progress import Progress
-from .results import CellResult, CheckResult, Status, classify, load_cell, write_json_atomic
+from .results import CellResult, CheckResult, Status, classify, load_cell, write_json_atomic, write_text_atomic
 
 # uv's words when the pins cannot be installed together: a finding about the stack, not infra.
 UNRESOLVABLE = ("No solution found", "unsatisfiable")
@@ -66,9 +66,20 @@ def reusable(cell: Cell, opts: RunOptions) -> tuple[CellResult | None, bool]:
     Shared by the local runner and the Ray dispatcher so that both skip the same cells.
     """
     earlier = previous_result(opts.out_dir, cell)
-    complete = not opts.redo and earlier is not None and all(
-        earlier.check(name) for name in (opts.checks or cell.checks))
+    wanted = opts.checks or cell.checks
+    complete = earlier is not None and set(wanted) <= set(kept_results(earlier, wanted, opts.redo))
     return earlier, complete
+
+
+def kept_results(earlier: CellResult | None, wanted, redo: bool) -> dict[str, CheckResult]:
+    """The earlier results a run keeps, by check: all but the wanted checks that are redone, and
+    the wanted checks that failed for infrastructure reasons (a network or disk problem says
+    nothing about the stack: it is tried again on every run until it gets a real answer)."""
+    kept = {c.check: c for c in (earlier.checks if earlier else [])}
+    for name in wanted:
+        if name in kept and (redo or kept[name].failure_class == "infra"):
+            del kept[name]
+    return kept
 
 
 def write_run_info(matrix: Matrix, opts: RunOptions) -> None:
@@ -107,9 +118,7 @@ def _check_args(cell: Cell, opts: RunOptions) -> list[str]:
 def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult | None = None) -> CellResult:
     """Run the cell's checks; those `earlier` already holds are kept, not run again."""
     wanted = opts.checks or cell.checks
-    kept = {c.check: c for c in (earlier.checks if earlier else [])}
-    for name in wanted if opts.redo else ():
-        kept.pop(name, None)  # redo these; the cell's other results stay
+    kept = kept_results(earlier, wanted, opts.redo)  # the cell's other results stay
     rel = Path("cells") / cell.id
     cell_dir = opts.out_dir / rel
     started, start = _now(), time.perf_counter()
@@ -121,7 +130,7 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     for _ in range(opts.retries + 1):
         try:
             env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, matrix.python)
-            (cell_dir / "lock.txt").write_text(cellenv.freeze(env))
+            write_text_atomic(cell_dir / "lock.txt", cellenv.freeze(env))
             break
         except cellenv.SetupFailed as exc:
             failure = "test" if any(word in str(exc) for word in UNRESOLVABLE) else "infra"
@@ -177,8 +186,11 @@ def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts
 
 
 def _capture(env: cellenv.CellEnv, opts: RunOptions) -> dict:
-    done = subprocess.run([str(env.python), "-m", "harness", "envinfo"], capture_output=True, text=True,
-                          env=env.run_env(opts.extra_env), timeout=300, check=False)
+    try:
+        done = subprocess.run([str(env.python), "-m", "harness", "envinfo"], capture_output=True, text=True,
+                              env=env.run_env(opts.extra_env), timeout=300, check=False)
+    except subprocess.TimeoutExpired:  # a hung device tool must not stop the matrix
+        return {"error": "environment capture did not finish within 300 s"}
     try:
         return json.loads(done.stdout)
     except json.JSONDecodeError:

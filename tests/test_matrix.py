@@ -114,6 +114,12 @@ BAD = [
     ("known failure with string date",
      VALID + '[[known_failures]]\ncheck = "stack-smoke"\nwhen = { transformers = "==5.3.0" }\nreason = "r"\n'
              'link = "https://x.test/1"\nexpires = "2027-01-01"\n', "expected a TOML date"),
+    ("python is an option", VALID.replace('name = "t"', 'name = "t"\npython = "--help"'), "matrix.python"),
+    ("python is a number", VALID.replace('name = "t"', 'name = "t"\npython = 3'), "matrix.python"),
+    ("include adds nothing", VALID + '[[include]]\nmodel = "text"\n', "include[0]: adds no cell"),
+    ("known failure for a check not run",
+     VALID + '[[known_failures]]\ncheck = "nested-chunking"\nwhen = { transformers = "==5.3.0" }\nreason = "r"\n'
+             'link = "https://x.test/1"\nexpires = 2027-01-01\n', "'nested-chunking' is not run by this matrix"),
     ("known failure with a javascript link",
      VALID + '[[known_failures]]\ncheck = "stack-smoke"\nwhen = { transformers = "==5.3.0" }\nreason = "r"\n'
              'link = "javascript:alert(1)"\nexpires = 2027-01-01\n', "expected an https:// link"),
@@ -128,6 +134,42 @@ def test_bad_input_is_one_clear_error_naming_the_file(tmp_path, text, expected):
     assert expected in message
     assert str(tmp_path / "m.toml") in message
     assert "\n" not in message
+
+
+def test_a_file_that_is_not_utf8_is_an_input_error(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_bytes(VALID.encode() + b"# caf\xe9\n")
+    with pytest.raises(InputError, match="not UTF-8 text") as info:
+        matrix.load(path)
+    assert str(path) in str(info.value)
+
+
+def test_a_release_missing_from_the_index_is_named_with_its_line(tmp_path):
+    from harness import index
+
+    class Index:  # the two questions check_releases asks, answered from a fixed list
+        url = "https://index.test/simple"
+
+        def versions(self, name):
+            return {"transformers": [index.Version("5.3.0")], "torch": [index.Version("2.13.0")],
+                    "einops": [index.Version("0.8.1")]}.get(name, [])
+
+        def has(self, name, version):
+            return index.Version(version) in self.versions(name)
+
+    m = load_text(tmp_path, VALID.replace('"5.3.0"', '"5.99.0"'))
+    with pytest.raises(InputError, match=r"m.toml, line 6: transformers 5.99.0 does not exist") as info:
+        index.check_releases({d: {v} for d, v in m.cells[0].pinned_releases().items()}, m.locate, Index())
+    assert "\n" not in str(info.value)
+    # Extra pins of an [[include]] are asked about too.
+    m = load_text(tmp_path, VALID + '[[include]]\nmodel = "vl"\nrequirements = ["einops==9.9.9"]\n')
+    assert m.cells[-1].pinned_releases()["einops"] == "9.9.9"
+    wanted = {}
+    for cell in m.cells:
+        for dist, version in cell.pinned_releases().items():
+            wanted.setdefault(dist, set()).add(version)
+    with pytest.raises(InputError, match=r"line 13: einops 9.9.9 does not exist"):
+        index.check_releases(wanted, m.locate, Index())
 
 
 def test_errors_point_at_the_line_of_the_key(tmp_path):

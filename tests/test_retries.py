@@ -87,3 +87,31 @@ def test_redo_of_some_checks_keeps_the_cells_other_results(tmp_path, project_env
     assert len((tmp_path / "runs").read_text().split()) == 3  # two, then only the redone one
     (cell,) = (tmp_path / "out" / "cells").glob("*.json")
     assert sorted(c["check"] for c in json.loads(cell.read_text())["checks"]) == ["misbehave", "misbehave-too"]
+
+
+def test_an_infra_failure_is_run_again_by_the_next_run(tmp_path, project_env):
+    # A network blip says nothing about the stack: the next run tries the check again instead of
+    # reusing the error, as it reuses real results.
+    unreachable = {**project_env, "MISBEHAVE": "pass", "UV_DEFAULT_INDEX": "http://127.0.0.1:9/simple",
+                   "UV_FIND_LINKS": "", "UV_HTTP_TIMEOUT": "2", "UV_HTTP_RETRIES": "0",
+                   "UV_CACHE_DIR": str(tmp_path / "empty-cache")}
+    first = run(tmp_path, unreachable, 'transformers = ["5.3.0"]', retries="0")
+    assert first["status"] == "error" and first["failure_class"] == "infra"
+    second = run(tmp_path, {**project_env, "MISBEHAVE": "pass"}, 'transformers = ["5.3.0"]', retries="0")
+    assert second["status"] == "pass"
+    third = run(tmp_path, {**project_env, "MISBEHAVE": "raise"}, 'transformers = ["5.3.0"]', retries="0")
+    assert third["status"] == "pass"  # a real result is reused as it is
+
+
+def test_kept_results_drop_redone_and_infra_checks_only():
+    from harness.results import CellResult, CheckResult, Status
+    from harness.run import kept_results
+
+    earlier = CellResult("m", "c", {}, [])
+    earlier.checks = [CheckResult("a", Status.ERROR, "index unreachable", failure_class="infra"),
+                      CheckResult("b", Status.FAIL, "wrong numbers", failure_class="test"),
+                      CheckResult("c", Status.PASS, "fine")]
+    assert set(kept_results(earlier, ("a", "b"), redo=False)) == {"b", "c"}
+    assert set(kept_results(earlier, ("a", "b"), redo=True)) == {"c"}
+    assert set(kept_results(earlier, ("c",), redo=False)) == {"a", "b", "c"}  # not wanted: kept as it was
+    assert kept_results(None, ("a",), redo=False) == {}
