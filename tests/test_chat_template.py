@@ -1,10 +1,21 @@
 """The chat-template fallback for conversations without a user turn, through transformers' own rendering."""
 from __future__ import annotations
 
+import os
+
 import jinja2
 import pytest
 
-from trainers.patches.chat_template import PLACEHOLDER, apply_chat_template
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every tokenizer here is built in memory
+
+from trainers.patches.base import NotApplicable, TargetMissing, resolve
+from trainers.patches.chat_template import (
+    PATCHES,
+    PLACEHOLDER,
+    TARGET,
+    apply_chat_template,
+    fallback_patch,
+)
 
 # A small template that behaves like Qwen3.5's where it matters here: it refuses a conversation
 # without a user message, renders tool calls as XML, groups tool responses into a user turn and
@@ -67,9 +78,12 @@ def _tokenizer(template: str):
     tokenizers = pytest.importorskip("tokenizers")
     from transformers import PreTrainedTokenizerFast
 
-    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0, "hello": 1}, unk_token="[UNK]"))
+    words = ["[UNK]", "[PAD]", "hello", "assistant", "user", "system", "im_start", "im_end", "It", "is", "sunny",
+             "think"]
+    vocab = {word: i for i, word in enumerate(words)}
+    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
     backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, chat_template=template)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, chat_template=template, pad_token="[PAD]")
 
 
 @pytest.fixture(params=["template", "tokenizer"])
@@ -156,3 +170,99 @@ def test_tokenize_is_refused_and_messages_are_not_modified(renderer):
     assert messages == snapshot
     with pytest.raises(ValueError):
         apply_chat_template(renderer, messages, tokenize=True)
+
+
+# ---- the same fallback as a Patch of the tokenizer method --------------------------------------
+
+ASSISTANT_TEXT = "<|im_start|>assistant\n<think>\nCheck the forecast.\n</think>\n\nIt is sunny.<|im_end|>\n"
+
+
+def _stock_method():
+    owner, attr = resolve(TARGET)
+    return owner, owner.__dict__[attr]
+
+
+@pytest.fixture
+def patch():
+    patch = fallback_patch()
+    yield patch
+    patch.remove()  # never leave the tokenizer class patched for other tests
+
+
+def test_the_patch_names_its_target_range_and_is_listed(patch):
+    from harness.checks.parity_audit import audit_patch
+    from harness.results import Status
+
+    assert [p.name for p in PATCHES] == [patch.name] and PATCHES[0].target == TARGET
+    assert patch.applicable()[0], patch.applicable()[1]
+    assert not patch.versions.contains("5.1.0") and patch.versions.contains("5.23.0")
+    assert audit_patch(PATCHES[0]).status is Status.PASS  # the patch-target audit finds the method
+
+
+def test_patch_off_raises_the_stock_error_and_on_renders(patch):
+    tokenizer = _tokenizer(QWEN35_LIKE)
+    owner, stock = _stock_method()
+    with pytest.raises(jinja2.TemplateError, match="No user query"):
+        tokenizer.apply_chat_template([ASSISTANT], tokenize=False)
+    with patch.applied_context():
+        assert owner.__dict__["apply_chat_template"] is not stock
+        assert tokenizer.apply_chat_template([ASSISTANT], tokenize=False) == ASSISTANT_TEXT
+        text = tokenizer.apply_chat_template([SYSTEM, CALL], tokenize=False, add_generation_prompt=True)
+        assert text.startswith("<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>assistant\n\n<tool_call>")
+        # the plain function gives the same text through the patched method
+        assert apply_chat_template(tokenizer, [SYSTEM, CALL], add_generation_prompt=True) == text
+    # removal puts the very same function object back, and the stock error with it
+    assert owner.__dict__["apply_chat_template"] is stock and not patch.applied
+    with pytest.raises(jinja2.TemplateError, match="No user query"):
+        tokenizer.apply_chat_template([ASSISTANT], tokenize=False)
+
+
+def test_patched_method_tokenizes_like_the_stock_method(patch):
+    tokenizer = _tokenizer(QWEN35_LIKE)
+    with_user = [{"role": "user", "content": "hello"}, ASSISTANT]
+    stock_out = tokenizer.apply_chat_template(with_user, return_tensors="pt")
+    with patch.applied_context():
+        assert tokenizer.apply_chat_template(with_user, tokenize=False) == apply_chat_template(QWEN35_LIKE, with_user)
+        assert tokenizer.apply_chat_template(with_user, return_tensors="pt")["input_ids"].tolist() == \
+            stock_out["input_ids"].tolist()  # transparent where the stock method works
+        encoded = tokenizer.apply_chat_template([ASSISTANT])  # tokenize=True, return_dict=True by default
+        ids = tokenizer(ASSISTANT_TEXT, add_special_tokens=False)["input_ids"]
+        assert encoded["input_ids"] == ids and len(set(ids)) > 2  # real words, not all [UNK]
+        batch = tokenizer.apply_chat_template([[ASSISTANT], with_user], padding=True, return_tensors="pt")
+        texts = [ASSISTANT_TEXT, apply_chat_template(QWEN35_LIKE, with_user)]
+        want = tokenizer(texts, padding=True, add_special_tokens=False, return_tensors="pt")
+        assert batch["input_ids"].tolist() == want["input_ids"].tolist()
+        assert batch["attention_mask"].tolist() == want["attention_mask"].tolist()
+        assert tokenizer.apply_chat_template([[TOOL], with_user], tokenize=False) == [
+            apply_chat_template(QWEN35_LIKE, [TOOL]), apply_chat_template(QWEN35_LIKE, with_user)]
+
+
+def test_unrelated_template_errors_still_raise_with_the_patch_on(patch):
+    tokenizer = _tokenizer(QWEN35_LIKE)
+    with patch.applied_context():
+        with pytest.raises(jinja2.TemplateError, match="beginning"):  # has a user turn: not ours
+            tokenizer.apply_chat_template([{"role": "user", "content": "hi"}, SYSTEM], tokenize=False)
+        with pytest.raises(jinja2.TemplateError) as caught:  # no user turn, but fails with one too
+            tokenizer.apply_chat_template([{"role": "critic", "content": "meh"}], tokenize=False)
+        assert caught.value.__notes__
+        with pytest.raises(jinja2.TemplateError, match="No user query") as caught:  # masks need the template
+            tokenizer.apply_chat_template([ASSISTANT], return_dict=True, return_assistant_tokens_mask=True)
+        assert "return_assistant_tokens_mask" in caught.value.__notes__[0]
+    with patch.applied_context(), pytest.raises(ValueError):  # not a template error: no template at all
+        _tokenizer(None).apply_chat_template([ASSISTANT], tokenize=False)
+
+
+def test_not_applicable_when_the_target_is_missing_or_the_version_is_out_of_range():
+    owner, stock = _stock_method()
+    renamed = fallback_patch(target=TARGET + "_v2")
+    applicable, reason = renamed.applicable()
+    assert not applicable and "apply_chat_template_v2" in reason
+    with pytest.raises(TargetMissing):
+        renamed.apply()
+    gone = fallback_patch(target="transformers.tokenization_utils_gone:PreTrainedTokenizerBase.apply_chat_template")
+    with pytest.raises(TargetMissing):
+        gone.apply()
+    old = fallback_patch(versions="<5.0")
+    with pytest.raises(NotApplicable, match="not applicable"):
+        old.apply()
+    assert owner.__dict__["apply_chat_template"] is stock and not (renamed.applied or gone.applied or old.applied)

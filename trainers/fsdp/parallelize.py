@@ -61,9 +61,9 @@ def parallelize(model: nn.Module, plan: DevicePlan, *, mesh=None, offload: bool 
     }
     if plan.mixed_precision:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    blocks = block_classes(model)  # before any wrapping: a model we cannot split is left untouched
     for embedding in embedding_units(model):
         fully_shard(embedding, **kwargs)
-    blocks = block_classes(model)
     for module in model.modules():
         if type(module).__name__ in blocks:
             fully_shard(module, **kwargs)
