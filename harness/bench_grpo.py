@@ -15,6 +15,10 @@ startup) up to the end of the first step whose trailing mean reward over `window
 threshold. Both sides' steps are timed by the same StepClock, in wall and in CPU seconds (CPU time
 moves less when the machine is loaded). The load average is recorded before and after, and the
 sides alternate order from seed to seed so neither always runs second.
+
+A third side, `ours-sharded`, is our trainer with `shard="always"`: FSDP2 wrapped round one rank,
+which the trainer skips by default (nothing to shard). It shows what that decision is worth; the
+headline compares the trainer as `python -m trainers.fsdp` runs it.
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ TRL_VERSION = "1.16.0"
 PINNED = ("torch", "transformers", "tensordict")  # copied from this environment into TRL's
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
               "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+SIDES = ("ours", "ours-sharded", "trl")
 COMPARED = ("seconds_to_threshold", "cpu_seconds_to_threshold", "threshold_step", "steps_per_second",
             "peak_rss_mib", "startup_seconds")
 
@@ -177,14 +182,15 @@ def benchmark(args: argparse.Namespace) -> dict:
     trl_env = build_trl_env(args.trl, args.env_root, work)
     env_seconds = time.perf_counter() - started
     load_before = os.getloadavg()
-    pythons = {"ours": (sys.executable, {**os.environ, **THREAD_ENV}), "trl": (str(trl_env.python),
-                                                                             trl_env.run_env(THREAD_ENV))}
-    runs: dict[str, list[dict]] = {"ours": [], "trl": []}
+    ours = (sys.executable, {**os.environ, **THREAD_ENV})
+    pythons = {"ours": ours, "ours-sharded": ours, "trl": (str(trl_env.python), trl_env.run_env(THREAD_ENV))}
+    runs: dict[str, list[dict]] = {side: [] for side in SIDES}
     seeds = args.seeds or [reference["seed"]]
     for index, seed in enumerate(seeds):
         settings = {**reference["trainer_args"], "seed": seed, "steps": args.steps}
-        for side in ("ours", "trl") if index % 2 == 0 else ("trl", "ours"):
-            figures = run_side(side, *pythons[side], work, settings, reference, args.cap)
+        for side in SIDES if index % 2 == 0 else SIDES[::-1]:
+            side_settings = {**settings, "shard": "always"} if side == "ours-sharded" else settings
+            figures = run_side(side, *pythons[side], work, side_settings, reference, args.cap)
             runs[side].append(figures)
             print(f"{side} seed {seed}: threshold step {figures['threshold_step']}, {figures['seconds_to_threshold']}"
                   f" s, {figures['steps_per_second']} steps/s, {figures['peak_rss_mib']:.0f} MiB", flush=True)
@@ -201,6 +207,7 @@ def benchmark(args: argparse.Namespace) -> dict:
         "load_average": {"before": list(load_before), "after": list(os.getloadavg()), "cores": os.cpu_count()},
         "trl_env_seconds": env_seconds,
         "summary": compare(runs["ours"], runs["trl"]),
+        "summary_sharded": compare(runs["ours-sharded"], runs["trl"]),
         **runs,
     }
 

@@ -7,9 +7,9 @@ differs from the good end's, running only O(log n) cells. Works for any package 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from packaging.version import InvalidVersion, Version
 

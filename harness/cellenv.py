@@ -40,7 +40,8 @@ def uv_binary() -> str:
     except Exception:  # noqa: BLE001 - its lookup has failed on some builds (sysconfig EXE None): use PATH
         found = shutil.which("uv")
         if not found:
-            raise EnvironmentMissing("uv not found: `pip install uv` (the harness builds cell environments with it)")
+            raise EnvironmentMissing(
+                "uv not found: `pip install uv` (the harness builds cell environments with it)") from None
         return found
 
 

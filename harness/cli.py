@@ -194,8 +194,16 @@ def cmd_check(args) -> int:
 
 def cmd_report(args) -> int:
     from .compare import new_failures
-    from .report import build_report, compare_with, load_results, read_run_info, render_report, to_html, to_json, \
-        to_markdown
+    from .report import (
+        build_report,
+        compare_with,
+        load_results,
+        read_run_info,
+        render_report,
+        to_html,
+        to_json,
+        to_markdown,
+    )
 
     if args.fail_on_new and args.previous is None:
         raise InputError("--fail-on-new needs --previous OLD_DIR")
@@ -280,8 +288,8 @@ def cmd_ci(args) -> int:
     return 0
 
 
-COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo, "ci": cmd_ci,
-            "repro": cmd_repro, "bisect": cmd_bisect}
+COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo,
+            "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect}
 
 
 def _interrupt_on_sigterm() -> None:

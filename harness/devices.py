@@ -38,7 +38,9 @@ def probe(device: str) -> tuple[bool, str]:
         if code == 0:
             return True, out
         nodes = glob.glob("/dev/davinci[0-9]*")
-        return (True, f"devices {' '.join(nodes)}") if nodes else (False, f"no Ascend NPU: `npu-smi info` -> {out or code}, no /dev/davinci*")
+        if nodes:
+            return True, f"devices {' '.join(nodes)}"
+        return False, f"no Ascend NPU: `npu-smi info` -> {out or code}, no /dev/davinci*"
     raise ValueError(f"unknown device {device!r}")
 
 
@@ -46,8 +48,8 @@ def require(device: str, what: str) -> str:
     """Raise EnvironmentMissing (exit 3) naming what is missing and what to run instead."""
     present, evidence = probe(device)
     if not present:
-        raise EnvironmentMissing(f"{what} needs device {device!r} but this machine has none ({evidence.splitlines()[0]}); "
-                                 "on a CPU-only machine run `nox -s cpu-fsdp-qwen35`")
+        raise EnvironmentMissing(f"{what} needs device {device!r} but this machine has none "
+                                 f"({evidence.splitlines()[0]}); on a CPU-only machine run `nox -s cpu-fsdp-qwen35`")
     return evidence
 
 

@@ -94,7 +94,12 @@ def _device_tool_report() -> dict[str, str]:
 
 
 def project_revision() -> str | None:
-    """The harness's own git revision ('+dirty' with uncommitted changes): cells run the working tree."""
+    """The harness's own git revision ('+dirty' with uncommitted changes): cells run the working tree.
+
+    In a cell's container the host passes it (HARNESS_REVISION): the image may have no git.
+    """
+    if os.environ.get("HARNESS_REVISION"):
+        return os.environ["HARNESS_REVISION"]
     root = Path(__file__).resolve().parent.parent
     if not (root / ".git").exists() or not shutil.which("git"):
         return None
@@ -123,7 +128,9 @@ def capture() -> dict:
         "packages": _versions(),
         **_torch_devices(),
         "image": os.environ.get("HARNESS_IMAGE"),
-        "image_digest": os.environ.get("HARNESS_IMAGE_DIGEST"),
+        "image_digest": os.environ.get("HARNESS_IMAGE_DIGEST"),  # registry digest, else the local image id
+        "image_id": os.environ.get("HARNESS_IMAGE_ID"),
+        "image_repo_digests": [d for d in os.environ.get("HARNESS_IMAGE_REPO_DIGESTS", "").split(",") if d],
         "in_container": Path("/.dockerenv").exists(),
         "env": safe_environment(),
         "device_tools": _device_tool_report(),

@@ -38,8 +38,8 @@ def load(path: Path) -> dict:
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: unreadable history ({exc}); move it away to start a new one") from None
     if not isinstance(data, dict) or data.get("history_version") != HISTORY_VERSION:
-        raise ValueError(f"{path}: history_version {data.get('history_version') if isinstance(data, dict) else None!r}, "
-                         f"expected {HISTORY_VERSION}")
+        found = data.get("history_version") if isinstance(data, dict) else None
+        raise ValueError(f"{path}: history_version {found!r}, expected {HISTORY_VERSION}")
     return data
 
 

@@ -13,8 +13,13 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from packaging.specifiers import SpecifierSet
-from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename, \
-    parse_wheel_filename
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import Version
 
 from . import pipconfig

@@ -24,8 +24,8 @@ from .rules import KnownFailure, Note, RuleError, Selector, TagRule
 PYTHON_RE = re.compile(r"^3\.\d{1,2}(\.\d{1,3})?$")  # what uv's --python gets: a version, never an option
 TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "runners", "known_failures", "notes"}
 MATRIX_KEYS = {"name", "description", "checks", "timeout", "runner", "python", "memory_limit_mb"}
-RULE_KEYS = {"tags": {"tag", "when"}, "runners": {"label", "when"}, "known_failures": {"check", "verdict", "when", "reason", "link", "expires"},
-             "notes": {"text", "when"}}
+RULE_KEYS = {"tags": {"tag", "when"}, "runners": {"label", "when"},
+             "known_failures": {"check", "verdict", "when", "reason", "link", "expires"}, "notes": {"text", "when"}}
 
 
 @dataclass(frozen=True)
@@ -263,11 +263,13 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         if not isinstance(entry.get("text"), str) or not entry["text"].strip():
             raise ld.error(f"notes[{i}].text", "expected the note's text")
         when = ld.selector(entry["when"], f"notes[{i}].when") if "when" in entry else None
-        notes.append(Note(entry["text"].strip(), when, [c for c, a in combos.items() if when is None or when.matches(a)]))
+        matching = [c for c, a in combos.items() if when is None or when.matches(a)]
+        notes.append(Note(entry["text"].strip(), when, matching))
 
     cells = []
     for cid, axes in combos.items():
-        tags = {name, axes["backend"], axes["model"], axes["device"]} | {r.tag for r in tag_rules if r.when.matches(axes)}
+        tags = {name, axes["backend"], axes["model"], axes["device"]}
+        tags |= {r.tag for r in tag_rules if r.when.matches(axes)}
         runner = next((r.tag for r in reversed(runner_rules) if r.when.matches(axes)), default_runner)
         cells.append(Cell(name, cid, axes, tuple(sorted(tags)), tuple(checks),
                           tuple(k for k in known if k.when.matches(axes)), runner, extra_for[cid]))

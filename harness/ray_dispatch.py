@@ -35,8 +35,8 @@ from .cellenv import PROJECT_ROOT
 from .errors import EnvironmentMissing, InputError
 from .matrix import Cell, Matrix
 from .progress import Progress
-from .results import CellResult, CheckResult, Status, write_json_atomic, write_text_atomic
-from .run import RunOptions, cell_path, kept_results, reusable, run_cell, write_run_info
+from .results import CellResult, CheckResult, Status, kept_results, write_json_atomic, write_text_atomic
+from .run import RunOptions, cell_path, reusable, run_cell, write_run_info
 
 RUN_TOKEN = ".ray-run-token"
 LOG_TAIL_BYTES = 64 * 1024  # per shipped log: enough to see why, small enough for the object store

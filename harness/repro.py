@@ -10,7 +10,6 @@ from . import cellenv, runner
 from .errors import InputError
 from .results import CheckResult, load_cell
 
-
 _PLAIN = re.compile(r"^[A-Za-z0-9_.+\-/=:]+$")
 
 

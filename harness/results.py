@@ -17,7 +17,7 @@ from typing import Any
 SCHEMA_VERSION = 1
 
 
-class Status(str, enum.Enum):
+class Status(str, enum.Enum):  # noqa: UP042 - StrEnum would change str(Status.X), which messages use
     PASS = "pass"
     FAIL = "fail"
     AFFECTED = "affected"  # a known upstream bug reproduced: evidence, not a harness failure
@@ -183,3 +183,14 @@ def load_cell(path: Path) -> CellResult:
         return CellResult.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{path}: not a readable cell result ({exc})") from exc
+
+
+def kept_results(earlier: CellResult | None, wanted, redo: bool) -> dict[str, CheckResult]:
+    """The earlier results a run keeps, by check: all but the wanted checks that are redone, and
+    the wanted checks that failed for infrastructure reasons (a network or disk problem says
+    nothing about the stack: it is tried again on every run until it gets a real answer)."""
+    kept = {c.check: c for c in (earlier.checks if earlier else [])}
+    for name in wanted:
+        if name in kept and (redo or kept[name].failure_class == "infra"):
+            del kept[name]
+    return kept

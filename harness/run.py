@@ -16,10 +16,19 @@ from pathlib import Path
 
 from trainers import determinism
 
-from . import cellenv, checks, runner
+from . import cellenv, checks, container, runner
 from .matrix import Cell, Matrix
 from .progress import Progress
-from .results import CellResult, CheckResult, Status, classify, load_cell, write_json_atomic, write_text_atomic
+from .results import (
+    CellResult,
+    CheckResult,
+    Status,
+    classify,
+    kept_results,
+    load_cell,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 # uv's words when the pins cannot be installed together: a finding about the stack, not infra.
 UNRESOLVABLE = ("No solution found", "unsatisfiable")
@@ -45,7 +54,7 @@ def cell_path(out_dir: Path, cell_id: str) -> Path:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
@@ -70,16 +79,6 @@ def reusable(cell: Cell, opts: RunOptions) -> tuple[CellResult | None, bool]:
     complete = earlier is not None and set(wanted) <= set(kept_results(earlier, wanted, opts.redo))
     return earlier, complete
 
-
-def kept_results(earlier: CellResult | None, wanted, redo: bool) -> dict[str, CheckResult]:
-    """The earlier results a run keeps, by check: all but the wanted checks that are redone, and
-    the wanted checks that failed for infrastructure reasons (a network or disk problem says
-    nothing about the stack: it is tried again on every run until it gets a real answer)."""
-    kept = {c.check: c for c in (earlier.checks if earlier else [])}
-    for name in wanted:
-        if name in kept and (redo or kept[name].failure_class == "infra"):
-            del kept[name]
-    return kept
 
 
 def write_run_info(matrix: Matrix, opts: RunOptions) -> None:
@@ -117,6 +116,8 @@ def _check_args(cell: Cell, opts: RunOptions) -> list[str]:
 
 def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult | None = None) -> CellResult:
     """Run the cell's checks; those `earlier` already holds are kept, not run again."""
+    if container.wanted(cell):  # a cell with an image runs inside it (harness/container.py)
+        return container.run_cell(cell, matrix, opts, earlier)
     wanted = opts.checks or cell.checks
     kept = kept_results(earlier, wanted, opts.redo)  # the cell's other results stay
     rel = Path("cells") / cell.id
@@ -199,6 +200,8 @@ def _capture(env: cellenv.CellEnv, opts: RunOptions) -> dict:
 
 def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[CellResult]:
     write_run_info(matrix, opts)
+    if any(container.wanted(cell) for cell in cells):
+        container.sdk()  # a missing docker SDK stops the run (exit 3) before any cell, not halfway
     progress = opts.progress or Progress(len(cells))
 
     def one(cell: Cell) -> CellResult:
@@ -211,4 +214,8 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
     if opts.jobs <= 1:
         return [one(cell) for cell in cells]
     with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
-        return list(pool.map(one, cells))
+        try:
+            return list(pool.map(one, cells))
+        except BaseException:  # interrupted: workers are waiting on containers the signal cannot reach
+            container.stop_all()
+            raise

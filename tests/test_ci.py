@@ -31,6 +31,12 @@ def test_workflows_validate_against_the_github_schema():
     done = subprocess.run([tool, "--builtin-schema", "vendor.github-workflows", *workflows], capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+    # The local stand-ins act uses in place of GitHub's actions (python -m harness.act).
+    actions = sorted(str(p) for p in (ROOT / ".github" / "act").glob("*/action.yml"))
+    assert actions
+    done = subprocess.run([tool, "--builtin-schema", "vendor.github-actions", *actions], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_the_job_matrix_has_one_job_per_cell_with_its_runner_and_image():

@@ -39,7 +39,7 @@ def test_tp2_matches_tp1_and_the_run_writes_finite_metrics(tmp_path):
     runs = {tp: (tmp_path / f"tp{tp}.jsonl") for tp in (1, 2)}
     processes = {tp: subprocess.Popen(_command(tp, path), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True) for tp, path in runs.items()}
-    for tp, process in processes.items():
+    for process in processes.values():
         output, _ = process.communicate(timeout=400)
         assert process.returncode == 0, output[-3000:]
     records = {tp: [json.loads(line) for line in path.read_text().splitlines()] for tp, path in runs.items()}

@@ -18,8 +18,7 @@ from harness.checks import (
 from harness.checks.parity_inputs import Models
 from harness.checks.patch_parity import TOLERANCES, run
 from harness.results import Status
-from trainers.patches.base import Patch
-from trainers.patches.base import DelegatingPatch
+from trainers.patches.base import DelegatingPatch, Patch
 from trainers.patches.fused_logprob import logprobs_and_entropy
 
 FP32 = {"float32": TOLERANCES["float32"]}

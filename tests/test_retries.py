@@ -25,8 +25,9 @@ pytestmark = pytest.mark.slow
 
 def run(tmp_path, env, extra="", retries="2"):
     (tmp_path / "m.toml").write_text(MATRIX.format(extra=extra))
-    done = subprocess.run([sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out", str(tmp_path / "out"),
-                           "--env-root", str(tmp_path / "envs"), "--no-index-check", "--no-report", "--retries", retries],
+    done = subprocess.run([sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out",
+                           str(tmp_path / "out"), "--env-root", str(tmp_path / "envs"), "--no-index-check",
+                           "--no-report", "--retries", retries],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     (cell,) = (tmp_path / "out" / "cells").glob("*.json")
@@ -66,8 +67,9 @@ def test_a_check_added_to_the_matrix_runs_alone_in_finished_cells(tmp_path, proj
     run(tmp_path, env)
     assert len((tmp_path / "runs").read_text().split()) == 1
     (tmp_path / "m.toml").write_text(MATRIX.format(extra="").replace('["misbehave"]', '["misbehave", "misbehave-too"]'))
-    done = subprocess.run([sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out", str(tmp_path / "out"),
-                           "--env-root", str(tmp_path / "envs"), "--no-index-check", "--no-report"],
+    done = subprocess.run([sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out",
+                           str(tmp_path / "out"), "--env-root", str(tmp_path / "envs"), "--no-index-check",
+                           "--no-report"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert len((tmp_path / "runs").read_text().split()) == 2  # only the new check ran
@@ -104,8 +106,7 @@ def test_an_infra_failure_is_run_again_by_the_next_run(tmp_path, project_env):
 
 
 def test_kept_results_drop_redone_and_infra_checks_only():
-    from harness.results import CellResult, CheckResult, Status
-    from harness.run import kept_results
+    from harness.results import CellResult, CheckResult, Status, kept_results
 
     earlier = CellResult("m", "c", {}, [])
     earlier.checks = [CheckResult("a", Status.ERROR, "index unreachable", failure_class="infra"),

@@ -1,6 +1,5 @@
 """The runner classifies what happens to a check's process: real subprocesses that pass, raise,
 crash, hang and exhaust memory."""
-import os
 import sys
 
 import pytest

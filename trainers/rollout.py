@@ -14,8 +14,9 @@ import copy
 import functools
 import importlib.util
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 from transformers import LogitsProcessorList

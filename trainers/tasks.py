@@ -8,8 +8,9 @@ response token, so every group has some spread for GRPO to normalise.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 # Token ids 0, 1, 2 are pad, bos and eos in the zoo; ids from 120 up are the VL model's
 # special tokens. Tasks draw from the ids in between so one task works on every model kind.

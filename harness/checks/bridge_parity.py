@@ -42,7 +42,8 @@ WORKER_TIMEOUT = 240.0
 def _worker(args) -> dict:
     import torch.distributed as dist
 
-    from trainers.device import plan as device_plan, set_cpu_threads
+    from trainers.device import plan as device_plan
+    from trainers.device import set_cpu_threads
     from trainers.megatron import bridge
     from trainers.megatron.config import ParallelSizes
     from trainers.megatron.cpu_shim import cpu_shim_for
@@ -72,8 +73,13 @@ def _compare(variant: str, sizes, args) -> dict:
     from megatron.core import parallel_state as ps
 
     from trainers.megatron import bridge
-    from trainers.megatron.model import (VariantUnavailable, build_hf_variant, build_megatron_variant,
-                                         gated_delta_net_probe, megatron_logits)
+    from trainers.megatron.model import (
+        VariantUnavailable,
+        build_hf_variant,
+        build_megatron_variant,
+        gated_delta_net_probe,
+        megatron_logits,
+    )
 
     out = {"tp": sizes.tp, "variant": variant}
     hf = build_hf_variant(variant, args.model_config, seed=args.seed).eval()

@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int)
     parser.add_argument("--model-config", type=Path)
-    parser.add_argument("--lr", type=float, help="override the trainer's learning rate (0: a trainer that cannot learn)")
+    parser.add_argument("--lr", type=float,
+                        help="override the trainer's learning rate (0: a trainer that cannot learn)")
     parser.add_argument("--work-dir", type=Path, default=Path("grpo-convergence"))
     parser.add_argument("--regenerate", action="store_true", help="rewrite the reference curve from a fresh run")
     parser.add_argument("--json", action="store_true")

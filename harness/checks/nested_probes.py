@@ -208,7 +208,10 @@ def tensordict_probes(td, key: str, expected: list[torch.Tensor]) -> dict[str, s
     """TensorDict operations on a batch holding the family's tensor under `key`."""
     half = len(expected) // 2
     order = list(range(len(expected)))[::-1]
-    size = lambda p: int(p.batch_size[0])
+
+    def size(part) -> int:
+        return int(part.batch_size[0])
+
     return {
         "get": probe(lambda: judge_nested(td.get(key), expected)),
         "chunk": probe(lambda: judge_pieces(td.chunk(2), expected, lambda p: p.get(key), size)),

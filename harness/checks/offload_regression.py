@@ -58,7 +58,8 @@ def _evidence(p: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
 def judge(name: str, p: dict[str, Any], ref: dict[str, Any], rtol: float) -> tuple[Status, str]:
     """Status and message of one verdict from what its pass saw (see the worker's pass schema)."""
     if ref.get("raised"):
-        return Status.ERROR, f"the reference run without offload failed: {ref.get('error_class')} at {ref.get('error_site')}"
+        return Status.ERROR, (f"the reference run without offload failed: {ref.get('error_class')} at "
+                              f"{ref.get('error_site')}")
     mismatched = [c for c in p.get("calls", []) if c["mismatch"]]
     if mismatched:
         c = mismatched[0]
@@ -69,7 +70,8 @@ def judge(name: str, p: dict[str, Any], ref: dict[str, Any], rtol: float) -> tup
         return Status.FAIL, f"trainer code still builds the index on the offloaded weight's device: {what}"
     if p.get("raised"):
         status = Status.FAIL if name == "trainer" else Status.ERROR
-        return status, f"forward under offload failed without a pos_embed device mismatch: {p['error_class']} at {p['error_site']}"
+        return status, (f"forward under offload failed without a pos_embed device mismatch: {p['error_class']} "
+                        f"at {p['error_site']}")
     same = _close(p.get("loss"), ref.get("loss"), rtol) and _close(
         p.get("pos_embed_grad_norm"), ref.get("pos_embed_grad_norm"), rtol)
     if not same:
@@ -113,7 +115,8 @@ def emulated_passes(options: CheckOptions, device, trainer_method: str) -> dict[
     return passes
 
 
-def _launch_fsdp(options: CheckOptions, plan, trainer_method: str, out_dir: Path) -> tuple[subprocess.Popen, Path, Path]:
+def _launch_fsdp(options: CheckOptions, plan, trainer_method: str,
+                 out_dir: Path) -> tuple[subprocess.Popen, Path, Path]:
     """Start the torchrun job now; the emulation runs while it starts (torchrun costs seconds)."""
     import torch
 

@@ -69,7 +69,8 @@ def compare_rule(patch: Patch, tolerances: dict[str, Tolerance], seed: int) -> V
             if cut:
                 failures.append(f"length {length}/{dtype}: gradient of {', '.join(cut)} missing on one side")
             if cell["output_max_abs_err"] > tol.output:
-                failures.append(f"length {length}/{dtype}: output error {cell['output_max_abs_err']:.3g} > {tol.output:g}")
+                failures.append(f"length {length}/{dtype}: output error {cell['output_max_abs_err']:.3g} "
+                                f"> {tol.output:g}")
             if cell["grad_rel_err"] > tol.grad:
                 failures.append(f"length {length}/{dtype}: gradient error {cell['grad_rel_err']:.3g} > {tol.grad:g}")
     if failures:

@@ -48,6 +48,7 @@ def run(options: CheckOptions) -> CheckResult:
         return CheckResult(NAME, Status.FAIL, f"loss {metrics['loss']:.3f} is not near ln(vocab)={math.log(vocab):.3f}",
                            metrics=metrics)
     if missing or not math.isfinite(grad_norm) or grad_norm == 0.0:
-        return CheckResult(NAME, Status.FAIL, f"no usable gradient (norm {grad_norm}, {len(missing)} parameters without grad)",
-                           metrics=metrics)
-    return CheckResult(NAME, Status.PASS, f"forward and backward ok ({metrics['parameters']} parameters)", metrics=metrics)
+        return CheckResult(NAME, Status.FAIL, f"no usable gradient (norm {grad_norm}, {len(missing)} parameters "
+                           "without grad)", metrics=metrics)
+    return CheckResult(NAME, Status.PASS, f"forward and backward ok ({metrics['parameters']} parameters)",
+                       metrics=metrics)

@@ -31,7 +31,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule
 
 from .. import determinism, grpo
-from ..device import DevicePlan, plan as device_plan, set_cpu_threads
+from ..device import DevicePlan, set_cpu_threads
+from ..device import plan as device_plan
 from ..metrics import MetricsWriter
 from ..models import build_model
 from ..patches import training as training_patches

@@ -40,8 +40,8 @@ def bridge_support(hf_config) -> dict:
               "megatron_bridge": _version("megatron-bridge"), "megatron_bridge_error": None}
     if report["mbridge"]:
         try:
-            from mbridge.core.bridge import _MODEL_REGISTRY
             from mbridge import AutoBridge
+            from mbridge.core.bridge import _MODEL_REGISTRY
 
             if model_type not in _MODEL_REGISTRY:
                 AutoBridge.from_config(hf_config)  # raises its own "Unregistered model type" error

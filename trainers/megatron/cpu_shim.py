@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+
 def _cpu_device() -> torch.device:
     return torch.device("cpu")
 
@@ -57,12 +58,11 @@ class CpuShim:
     installed: bool = False
     _saved: dict = field(default_factory=dict)
 
-    def install(self, seed: int = 0, tp_rank: int = 0, ep_rank: int = 0) -> "CpuShim":
+    def install(self, seed: int = 0, tp_rank: int = 0, ep_rank: int = 0) -> CpuShim:
         if self.installed:
             return self
-        from megatron.core.tensor_parallel import random as mrandom
-
         import torch._dynamo
+        from megatron.core.tensor_parallel import random as mrandom
 
         self._saved = {"current_device": torch.cuda.current_device,
                        "dynamo_disable": torch._dynamo.config.disable,
@@ -92,7 +92,7 @@ class CpuShim:
         self._saved = {}
         self.installed = False
 
-    def __enter__(self) -> "CpuShim":
+    def __enter__(self) -> CpuShim:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -104,7 +104,7 @@ class NoShim:
 
     installed = False
 
-    def install(self, seed: int = 0, tp_rank: int = 0, ep_rank: int = 0) -> "NoShim":
+    def install(self, seed: int = 0, tp_rank: int = 0, ep_rank: int = 0) -> NoShim:
         from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
         model_parallel_cuda_manual_seed(seed)
@@ -113,7 +113,7 @@ class NoShim:
     def remove(self) -> None:
         return None
 
-    def __enter__(self) -> "NoShim":
+    def __enter__(self) -> NoShim:
         return self
 
     def __exit__(self, *exc) -> None:

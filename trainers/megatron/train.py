@@ -25,7 +25,8 @@ import torch
 import torch.distributed as dist
 
 from .. import determinism, grpo
-from ..device import plan as device_plan, set_cpu_threads
+from ..device import plan as device_plan
+from ..device import set_cpu_threads
 from ..metrics import MetricsWriter
 from ..rollout import RolloutBatch, make_rollout
 from ..tasks import make_task

@@ -12,9 +12,10 @@ import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -83,7 +84,8 @@ def exists_statically(target: str) -> tuple[bool, str]:
                 found = node
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == attr:
                 found = node
-            elif isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == attr for a in node.names):
+            elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                    (a.asname or a.name) == attr for a in node.names):
                 found = node
         if found is None:
             return False, f"{target}: {attr} not defined in {spec.origin.rsplit('/', 1)[-1]}"
