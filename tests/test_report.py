@@ -6,6 +6,7 @@ import random
 import re
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,8 @@ def test_entry_shows_status_links_message_and_verdicts_with_emulation_footnote()
     assert "trainer patch holds" in md
     assert re.search(r"† emulated: .*emulation.*not from real hardware", md)
     html = to_html(build_report([make_cell("c", [offload])]))
-    assert "not from real hardware" in html and "<sup>†</sup>" in html
+    # report.html is ASCII: non-ASCII characters are character references, so compare the decoded text.
+    assert "not from real hardware" in html and "<sup>†</sup>" in unescape(html)
 
 
 def test_no_emulation_footnote_without_emulated_results():
@@ -99,7 +101,7 @@ def test_legend_and_summary_list_every_status():
     md, html = to_markdown(report), to_html(report)
     for status in statuses:
         assert f"- {STATUS_SYMBOLS[status]} **{status.value}**:" in md
-        assert f"{STATUS_SYMBOLS[status]} <strong>{status.value}</strong>" in html
+        assert f"{STATUS_SYMBOLS[status]} <strong>{status.value}</strong>" in unescape(html)
         assert f"{STATUS_SYMBOLS[status]} {status.value}: 1" in md
 
 
@@ -114,9 +116,33 @@ def test_pass_ranges_are_contiguous_runs_over_sorted_tested_versions():
     text = tf.text()
     assert "5.2.0 – 5.3.0 (all 2 tested versions in between pass)" in text
     assert "5.8.1 – 5.10.0 (all 3 tested versions in between pass)" in text
-    assert "failing: 5.5.3, 5.23.0" in text
-    (torch,) = [r for r in pass_ranges(cells) if r.axis == "torch"]
-    assert torch.passing == [] and "none of the 1 tested versions" in torch.text()
+    # 5.23.0's two cells share one combination of versions, which fails.
+    assert "failing: 5.5.3 (0 of 1 combinations pass), 5.23.0 (0 of 1 combinations pass)" in text
+
+
+def test_a_version_failing_everywhere_does_not_make_the_other_packages_look_broken():
+    # transformers 5.1.0 has no Qwen3.5: every cell with it fails. torch and tensordict are fine with
+    # every other release, so they pass, with the count of their combinations that do.
+    cells = [make_cell(f"c{tf}-{td}", [ok(status=Status.FAIL if tf == "5.1.0" else Status.PASS)],
+                       transformers=tf, tensordict=td) for tf in ("5.1.0", "5.2.0", "5.23.0")
+             for td in ("0.10.0", "0.15.3")]
+    ranges = {r.axis: r for r in pass_ranges(cells)}
+    assert ranges["transformers"].passing == ["5.2.0", "5.23.0"]
+    assert "failing: 5.1.0 (0 of 2 combinations pass)" in ranges["transformers"].text()
+    assert ranges["tensordict"].passing == ["0.10.0", "0.15.3"]
+    assert ranges["tensordict"].combinations["0.10.0"] == (2, 3)
+    assert "0.10.0 (2 of 3 combinations pass)" in ranges["tensordict"].text()
+    # A tensordict release that also fails with good transformers releases is the one left out.
+    cells += [make_cell(f"c{tf}-0.16.0", [ok(status=Status.FAIL)], transformers=tf, tensordict="0.16.0")
+              for tf in ("5.2.0", "5.23.0")]
+    ranges = {r.axis: r for r in pass_ranges(cells)}
+    assert ranges["transformers"].passing == ["5.2.0", "5.23.0"]
+    assert ranges["tensordict"].passing == ["0.10.0", "0.15.3"] and "failing: 0.16.0" in ranges["tensordict"].text()
+
+
+def test_one_failing_combination_leaves_no_package_passing_wrongly():
+    cells = [make_cell("only", [ok(status=Status.FAIL)], transformers="5.23.0", tensordict="0.15.3")]
+    assert all(r.passing == [] for r in pass_ranges(cells))
 
 
 def test_pass_range_single_run_and_cell_without_checks_counts_as_failing():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from html import unescape
 from html.parser import HTMLParser
 
 import pytest
@@ -135,6 +136,18 @@ def test_plain_relative_links_survive_and_are_encoded():
     assert "[lock](cells/c%20d/lock%20%281%29.txt)" in to_markdown(report)
     html = to_html(report)
     assert 'href="cells/c%20d/lock%20%281%29.txt"' in html and 'href="cells/c%20d/%22x%22%231.log"' in html
+
+
+def test_html_is_ascii_and_its_decoded_text_has_no_controls_or_bidi():
+    # report.html writes non-ASCII characters as references: check what a browser would decode.
+    cell = CellResult("cpu", "c\u202e", {"transformers": "5.3.0\x1b[31m"},
+                      checks=[CheckResult("stack-smoke", Status.FAIL, "a\u202eb\x00c\x1b[0m\u2066d \u2705 \u00e9")])
+    for report in (build_report([cell]), hostile_report()):
+        html = to_html(report)
+        assert html.isascii()
+        decoded = unescape(html)
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069]", decoded)
+    assert "abc[0md \u2705 \u00e9" in unescape(to_html(build_report([cell])))
 
 
 def test_control_and_bidi_characters_are_removed_everywhere():

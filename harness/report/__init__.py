@@ -16,7 +16,8 @@ from typing import Any
 
 from .. import history
 from ..errors import InputError, ResultsError
-from ..results import CellResult, Status, load_cell, write_json_atomic, write_text_atomic
+from ..results import CellResult, Status, load_cell, write_text_atomic
+from .gcpause import gc_paused
 from .html import to_html
 from .markdown import to_markdown
 from .table import REPORT_SCHEMA_VERSION, Report, build_report, clean_text
@@ -90,7 +91,7 @@ def _entry_json(column: int, entry) -> dict[str, Any]:
         data["verdicts"] = [{"name": v.name, "status": _VALUE[v.status], "message": v.message, "emulated": v.emulated}
                             for v in entry.verdicts]
     if entry.rejected_links:
-        data["rejected_links"] = entry.rejected_links
+        data["rejected_links"] = list(entry.rejected_links)
     if entry.known_failure:
         data["known_failure"] = entry.known_failure
     if entry.original_status is not None:
@@ -99,9 +100,12 @@ def _entry_json(column: int, entry) -> dict[str, Any]:
         data["emulated"] = True
     if entry.plot is not None:
         data["plot"] = True  # the curves stay in the cell file; report.html draws them
-    for key in ("failure_class", "change", "repro"):
-        if getattr(entry, key):
-            data[key] = getattr(entry, key)
+    if entry.failure_class:
+        data["failure_class"] = entry.failure_class
+    if entry.change:
+        data["change"] = entry.change
+    if entry.repro:
+        data["repro"] = entry.repro
     if entry.flaky:
         data["flaky"] = True
     if entry.attempts:
@@ -116,6 +120,11 @@ def to_json(report: Report) -> dict[str, Any]:
     lock (null when absent or unsafe); verdicts, rejected_links, known_failure, original_status, emulated
     and plot appear only when set.
     """
+    with gc_paused():
+        return _to_json(report)
+
+
+def _to_json(report: Report) -> dict[str, Any]:
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "title": report.title,
@@ -128,6 +137,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "legend": [{"symbol": s, "status": n, "meaning": m} for s, n, m in report.legend],
         "summary": dict(report.summary),
         "passing_ranges": [{"axis": r.axis, "tested": r.tested, "passing": r.passing, "segments": r.segments,
+                            "combinations": {v: {"passing": c[0], "tested": c[1]} for v, c in r.combinations.items()},
                             "text": r.text(max_segments=1000)} for r in report.ranges],
         "has_emulated": report.has_emulated,
         "notes": list(report.notes),
@@ -191,7 +201,8 @@ def render_report(report_dir: Path | str, formats: Iterable[str] = ("md", "html"
     for fmt in dict.fromkeys(formats):
         path = report_dir / FORMATS[fmt]
         if fmt == "json":
-            write_json_atomic(path, to_json(report))
+            # Not indented: json's indenting encoder is pure Python, over twice as slow for a big report.
+            write_text_atomic(path, json.dumps(to_json(report)) + "\n")
         else:
             write_text_atomic(path, to_markdown(report) if fmt == "md" else to_html(report))
         written.append(path)

@@ -9,7 +9,17 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from ..results import Status
-from .table import ABSENT, EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, STATUS_SYMBOLS, Entry, Report, entry_extras, Row
+from .table import (
+    ABSENT,
+    EMULATED_MARK,
+    EMULATED_NOTE,
+    PASS_RANGE_RULE,
+    STATUS_SYMBOLS,
+    Entry,
+    Report,
+    Row,
+    entry_extras,
+)
 
 _ESCAPES = str.maketrans({
     "\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "_": "\\_", "[": "\\[", "]": "\\]", "~": "\\~",

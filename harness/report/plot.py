@@ -10,8 +10,9 @@ import math
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from html import escape
 from typing import Any
+
+from .htmltext import escape_html
 
 MAX_POINTS = 5000  # longer curves are cut: a report must stay small whatever a result file holds
 DRAWN_POINTS = 300  # curves longer than this are thinned for drawing
@@ -28,11 +29,26 @@ svg.plot .axis{stroke:#333}
 """
 
 
-def _floats(value: Any) -> tuple[float | None, ...] | None:
-    """The finite numbers of a curve, None where an item is not one; None when nothing is usable."""
+# Reference and band curves that passed the fast check of _floats: thousands of cells repeat a few of
+# them. A curve equal to one of these, item by item, passes the check too (only numbers equal numbers),
+# and the check would return it unchanged, as the cache does.
+_PLAIN_CURVES: set[tuple] = set()
+
+
+def _floats(value: Any, shared: bool = False) -> tuple[float | None, ...] | None:
+    """The finite numbers of a curve, None where an item is not one; None when nothing is usable.
+
+    `shared`: the curve is likely to repeat across cells (a reference or a band); remember it.
+    """
     if not isinstance(value, (list, tuple)) or not value:
         return None
-    value = value[:MAX_POINTS]
+    value = tuple(value[:MAX_POINTS])
+    if shared:
+        try:
+            if value in _PLAIN_CURVES:
+                return value
+        except TypeError:  # an unhashable item (a list): not a plain curve
+            shared = False
     try:
         fast = array("d", value)  # C speed for the usual list of floats
     except (TypeError, OverflowError):
@@ -40,7 +56,11 @@ def _floats(value: Any) -> tuple[float | None, ...] | None:
     else:
         # nan anywhere makes the sum nan; min/max alone can miss it.
         if not math.isnan(sum(fast)) and -1e300 < min(fast) and max(fast) < 1e300:
-            return tuple(value)  # ints stay ints (bool is an int): all are finite numbers here
+            if shared:
+                if len(_PLAIN_CURVES) >= 256:  # hostile inputs must not grow it without bound
+                    _PLAIN_CURVES.clear()
+                _PLAIN_CURVES.add(value)
+            return value  # ints stay ints (bool is an int): all are finite numbers here
     out = tuple(float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and -1e300 < x < 1e300
                 else None for x in value)
     return out if any(v is not None for v in out) else None
@@ -83,9 +103,9 @@ def convergence_series(metrics_list: Iterable[dict[str, Any]]) -> dict[str, Any]
         reward = _floats(metrics.get("reward_curve"))
         if reward is None:
             continue
-        reference = _floats(metrics.get("reference_curve")) or ()
-        lower = _floats(metrics.get("band_lower")) or ()
-        upper = _floats(metrics.get("band_upper")) or ()
+        reference = _floats(metrics.get("reference_curve"), shared=True) or ()
+        lower = _floats(metrics.get("band_lower"), shared=True) or ()
+        upper = _floats(metrics.get("band_upper"), shared=True) or ()
         band = metrics.get("band")
         if lower and upper:
             guide = _guide(reference, lower, upper)
@@ -124,12 +144,23 @@ def _nice_range(low: float, high: float) -> tuple[float, float]:
     return round(math.floor(low / unit) * unit, 12), round(math.ceil(high / unit) * unit, 12)
 
 
+@functools.lru_cache(maxsize=256)
+def _points_format(n: int, left: int, plot_w: int) -> str:
+    """The points of a curve of n steps, all drawn, with a %.1f for each y: one % formats the whole curve,
+    twice as fast as formatting point by point."""
+    return " ".join(f"{x},%.1f" for x in _x_axis(n, left, plot_w)[1])
+
+
+def _y_scale(y_range: tuple[float, float], box: tuple[int, int, int, int]) -> tuple[float, float]:
+    """(y0, sy): a value v is drawn at pixel y0 - v * sy."""
+    sy = box[3] / (y_range[1] - y_range[0])
+    return box[1] + y_range[1] * sy, sy
+
+
 def _runs(values: tuple, n: int, y_range: tuple[float, float], box: tuple[int, int, int, int]) -> list:
     """Pixel points of one curve, split where values are missing so a gap stays a gap."""
-    left, top, plot_w, plot_h = box
-    steps, xs = _x_axis(n, left, plot_w)
-    sy = plot_h / (y_range[1] - y_range[0])
-    y0 = top + y_range[1] * sy
+    steps, xs = _x_axis(n, box[0], box[2])
+    y0, sy = _y_scale(y_range, box)
     picked = values if len(steps) == n else [values[i] for i in steps if i < len(values)]
     if None not in picked:
         return [[f"{x},{y0 - v * sy:.1f}" for x, v in zip(xs, picked)]] if picked else []
@@ -144,6 +175,10 @@ def _runs(values: tuple, n: int, y_range: tuple[float, float], box: tuple[int, i
 
 
 def _curve_svg(values: tuple, css: str, n: int, y_range: tuple[float, float], box: tuple) -> str:
+    if 1 < n == len(values) <= DRAWN_POINTS and None not in values:  # the usual curve: one line, every step
+        y0, sy = _y_scale(y_range, box)
+        points = _points_format(n, box[0], box[2]) % tuple([y0 - v * sy for v in values])
+        return f'<polyline class="{css}" points="{points}"/>'
     parts = []
     for run in _runs(values, n, y_range, box):
         if len(run) > 1:
@@ -180,19 +215,23 @@ def convergence_svg(series: dict[str, Any], *, width: int = 320, height: int = 1
 
     Styled by PLOT_CSS, which the page holding the plots must include; PLOT_LEGEND explains the lines.
     """
-    left, right, top, bottom = 44, 10, 10, 22
     reward, guide = series["reward"], series["guide"]
     n = max(len(reward), len(guide.reference), len(guide.lower), len(guide.upper))
     extents = [e for e in (guide.extent, _extent(reward)) if e]
     y_range = _nice_range(min(e[0] for e in extents), max(e[1] for e in extents))
+    head, box, tail = _frame(width, height, n, y_range)
+    return (f"{head}<title>{escape_html(label or 'reward against reference')}</title>"
+            f"{_guide_svg(guide, n, y_range, box)}{_curve_svg(reward, 'rew', n, y_range, box)}{tail}")
+
+
+@functools.lru_cache(maxsize=1024)
+def _frame(width: int, height: int, n: int, y_range: tuple[float, float]) -> tuple[str, tuple, str]:
+    """The parts of a plot around its title and curves (shared by plots of one size, length and scale)."""
+    left, right, top, bottom = 44, 10, 10, 22
     plot_w, plot_h = width - left - right, height - top - bottom
-    box = (left, top, plot_w, plot_h)
     base = top + plot_h
-    return "".join((
-        f'<svg class="plot" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
-        f"<title>{escape(label or 'reward against reference')}</title>",
-        _guide_svg(guide, n, y_range, box),
-        _curve_svg(reward, "rew", n, y_range, box),
+    head = f'<svg class="plot" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
+    tail = "".join((
         f'<path class="axis" d="M{left} {top}V{base}H{left + plot_w}"/>',
         f'<text x="{left - 4}" y="{top + 8}" text-anchor="end">{y_range[1]:.3g}</text>',
         f'<text x="{left - 4}" y="{base}" text-anchor="end">{y_range[0]:.3g}</text>',
@@ -201,3 +240,4 @@ def convergence_svg(series: dict[str, Any], *, width: int = 320, height: int = 1
         f'<text x="{left + plot_w // 2}" y="{base + 12}" text-anchor="middle">step</text>',
         "</svg>",
     ))
+    return head, (left, top, plot_w, plot_h), tail

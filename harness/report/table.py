@@ -18,6 +18,7 @@ from ..checks import CHECKS
 from ..repro import command as repro_command
 from ..results import CellResult, CheckResult, Status
 from . import plot
+from .gcpause import gc_paused
 
 REPORT_SCHEMA_VERSION = 1
 ROW_AXES = ("device", "image", "torch", "torch_npu", "transformers", "vllm", "vllm_ascend", "tensordict",
@@ -43,8 +44,12 @@ STATUS_MEANINGS = {
     Status.CRASH: "the check's process died (signal, out of memory)",
     Status.ERROR: "the harness could not run the check (setup failure or unexpected exception)",
 }
-PASS_RANGE_RULE = ("Versions in which every check of every cell passed (pass, affected, xfail and skip do not "
-                   "count as failing; fail, error, crash and timeout do).")
+PASS_RANGE_RULE = ("Per package, the versions in which every check passed: the largest set of versions, axis by axis, "
+                   "within which every tested combination passes (pass, affected, xfail and skip do not count as "
+                   "failing; fail, error, crash and timeout do). Versions are left out one at a time, the one with "
+                   "the largest share of failing combinations first, so a version that fails everywhere (a "
+                   "transformers release without Qwen3.5) does not make the other packages look broken. Each "
+                   "failing or partly failing version shows how many of its tested combinations pass.")
 EMULATED_MARK = "†"
 EMULATED_NOTE = (f"{EMULATED_MARK} emulated: this result came from an emulation on the test machine (for example "
                  "the meta-device CPU-offload emulation), not from real hardware.")
@@ -68,16 +73,24 @@ def clean_text(value: Any, limit: int = MESSAGE_LIMIT) -> str:
 _UNSAFE_LINK = re.compile(r"[\x00-\x1f\x7f:\\]")  # a scheme (javascript:, http:), a drive letter, a control
 
 
+# Segments of these characters that do not start with a dot pass every rule of safe_link: the usual log
+# and lock paths, accepted by one match.
+_PLAIN_LINK = re.compile(r"[A-Za-z0-9_+=,-][A-Za-z0-9._+=,-]*(?:/[A-Za-z0-9_+=,-][A-Za-z0-9._+=,-]*)*")
+
+
 def safe_link(path: Any) -> str | None:
     """`path` if it is a plain relative path inside the report directory, else None (shown as text)."""
+    if isinstance(path, str) and len(path) <= 1000 and _PLAIN_LINK.fullmatch(path):
+        return path
     if not isinstance(path, str) or not path or len(path) > 1000 or path[0] in "/~" or _UNSAFE_LINK.search(path):
         return None
     parts = path.split("/")
     if "." in parts:
         parts = [p for p in parts if p != "."]
+        path = "/".join(parts)
     if not parts or "" in parts or ".." in parts:
         return None
-    return "/".join(parts)
+    return path
 
 
 _VERSION_KEYS: dict[str, tuple] = {}
@@ -134,8 +147,8 @@ class Entry:
     duration: float
     log: str | None  # safe relative link, or None
     lock: str | None
-    rejected_links: list[str]  # links that were not safe relative paths: shown as text only
-    verdicts: list[VerdictEntry]
+    rejected_links: tuple[str, ...]  # links that were not safe relative paths: shown as text only
+    verdicts: tuple[VerdictEntry, ...]
     emulated: bool  # the check itself, or one of its verdicts, ran on an emulation
     known_failure: dict[str, str] | None
     original_status: Status | None
@@ -180,6 +193,7 @@ class PassRange:
     tested: list[str]
     passing: list[str]
     segments: list[list[str]]  # runs of consecutive tested versions that all pass
+    combinations: dict[str, tuple[int, int]] = field(default_factory=dict)  # version -> (passing, tested)
 
     def text(self, max_segments: int = 20) -> str:
         if not self.passing:
@@ -190,11 +204,21 @@ class PassRange:
                          f"{seg[0]} – {seg[-1]} (all {len(seg)} tested versions in between pass)")
         more = len(self.segments) - max_segments
         text = ", ".join(shown) + (f", and {more} more segments" if more > 0 else "")
-        failing = [v for v in self.tested if v not in set(self.passing)]
+        passing = set(self.passing)
+        failing = [v for v in self.tested if v not in passing]
         if failing:
-            listed = ", ".join(failing[:20]) + (f" and {len(failing) - 20} more" if len(failing) > 20 else "")
-            text += f"; failing: {listed}"
+            listed = ", ".join(self._counted(v) for v in failing[:20])
+            text += f"; failing: {listed}" + (f" and {len(failing) - 20} more" if len(failing) > 20 else "")
+        partly = [v for v in self.passing if self.combinations.get(v, (0, 0))[0] < self.combinations.get(v, (0, 0))[1]]
+        if partly:
+            listed = ", ".join(self._counted(v) for v in partly[:20])
+            text += ("; passing except where another package's failing version is in the combination: " + listed
+                     + (f" and {len(partly) - 20} more" if len(partly) > 20 else ""))
         return text
+
+    def _counted(self, version: str) -> str:
+        passed, tested = self.combinations.get(version, (0, 0))
+        return f"{version} ({passed} of {tested} combinations pass)" if tested else version
 
 
 @dataclass
@@ -222,9 +246,9 @@ class Report:
         return [(STATUS_SYMBOLS[s], s.value, STATUS_MEANINGS[s]) for s in Status]
 
 
-def _verdicts(check: CheckResult) -> list[VerdictEntry]:
-    return [VerdictEntry(clean_text(v.name, 60), v.status, clean_text(v.message), bool(v.emulated))
-            for v in check.verdicts]
+def _verdicts(check: CheckResult) -> tuple[VerdictEntry, ...]:
+    return tuple([VerdictEntry(clean_text(v.name, 60), v.status, clean_text(v.message), bool(v.emulated))
+                  for v in check.verdicts])
 
 
 def _known_failure(data: Any) -> dict[str, str] | None:
@@ -236,19 +260,23 @@ def _known_failure(data: Any) -> dict[str, str] | None:
     return kept
 
 
+_NO_REPRO = (Status.PASS, Status.SKIP)
+
+
 def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult, column: Column) -> Entry:
     log = safe_link(check.log)
-    rejected = [] if (log or not check.log) and (lock or not cell.lock) else \
-        [clean_text(raw, 120) for raw, safe in ((check.log, log), (cell.lock, lock)) if raw and not safe]
+    # The empty tuple is shared: no new object for the many entries without rejected links or verdicts.
+    rejected = () if (log or not check.log) and (lock or not cell.lock) else \
+        tuple([clean_text(raw, 120) for raw, safe in ((check.log, log), (cell.lock, lock)) if raw and not safe])
     metrics = check.metrics
     emulated = metrics.get("emulated") is True
     has_curve = "reward_curve" in metrics
-    verdicts = []
+    verdicts = ()
     if check.verdicts:  # most checks have none: skip the generator work
         verdicts = _verdicts(check)
         emulated = emulated or any(v.emulated for v in verdicts)
         has_curve = has_curve or any("reward_curve" in v.metrics for v in check.verdicts)
-    needs_repro = check.status not in (Status.PASS, Status.SKIP) or check.flaky
+    needs_repro = check.status not in _NO_REPRO or check.flaky
     return Entry(
         cell_id, column.check, check.status, clean_text(check.message), check.duration, log, lock, rejected,
         verdicts, emulated, _known_failure(check.known_failure) if check.known_failure else None,
@@ -259,48 +287,111 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
     )
 
 
-def _environment(cell: CellResult) -> dict[str, str]:
-    """The parts of a cell's environment capture worth showing next to its row."""
+class _Cleaned(dict):
+    """clean_text with memory, for the values thousands of rows repeat (versions, platforms)."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def __missing__(self, value: str) -> str:
+        text = self[value] = clean_text(value, self.limit)
+        return text
+
+
+def _environment(cell: CellResult, cleaned: _Cleaned) -> dict[str, str]:
+    """The parts of a cell's environment capture worth showing next to its row (`cleaned`: limit 200)."""
     shown = {}
     for key in ("python", "os", "cpu", "cuda", "cann", "devices", "image_digest"):
         value = cell.environment.get(key)
         if isinstance(value, list):
             value = ", ".join(map(str, value))
         if value:
-            shown[key] = clean_text(value, 200)
+            shown[key] = cleaned[value] if isinstance(value, str) else clean_text(value, 200)
     return shown
+
+
+_FAILURES = frozenset(s for s in Status if s.is_failure)
 
 
 def _is_failing(cell: CellResult) -> bool:
     # A cell with no check results gives no evidence of support, so it never counts as passing.
-    return not cell.checks or any(c.status.is_failure for c in cell.checks)
+    return not cell.checks or not _FAILURES.isdisjoint([c.status for c in cell.checks])
+
+
+def _blamed(combos: list[tuple[tuple, bool]]) -> set[tuple[int, str]]:
+    """The (axis position, version) pairs to leave out so that every remaining combination passes.
+
+    Greedy: while a remaining combination fails, leave out the version with the largest share of
+    failing combinations among its remaining ones (ties: more failures, then axis and version order).
+    A version that fails everywhere (transformers without Qwen3.5) goes first, so it does not make
+    every other package look broken. Counts are updated as combinations drop out.
+    """
+    counts: dict[tuple[int, str], list[int]] = {}  # pair -> [remaining combinations, remaining failing]
+    members: dict[tuple[int, str], list[int]] = {}
+    for index, (values, failing) in enumerate(combos):
+        for position, value in enumerate(values):
+            if value:
+                count = counts.setdefault((position, value), [0, 0])
+                count[0] += 1
+                count[1] += failing
+                members.setdefault((position, value), []).append(index)
+    alive = [True] * len(combos)
+    left = sum(failing for _, failing in combos)
+    blamed: set[tuple[int, str]] = set()
+    while left:
+        pair = max((p for p, c in counts.items() if c[1]), key=lambda p: (
+            counts[p][1] / counts[p][0], counts[p][1], -p[0], version_key(p[1])))
+        blamed.add(pair)
+        for index in members[pair]:
+            if alive[index]:
+                alive[index] = False
+                values, failing = combos[index]
+                left -= failing
+                for position, value in enumerate(values):
+                    if value:
+                        counts[(position, value)][0] -= 1
+                        counts[(position, value)][1] -= failing
+    return blamed
 
 
 def pass_ranges(cells: Iterable[CellResult], axes: Iterable[str] = PACKAGE_AXES) -> list[PassRange]:
-    """Per package axis: the tested versions in which every check of every cell passed, as runs."""
-    judged = [(cell.axes, _is_failing(cell)) for cell in cells]
+    """Per package axis: the supported versions (see PASS_RANGE_RULE) as runs, with per-version counts."""
+    axes = list(axes)
+    judged: dict[tuple, bool] = {}  # per combination of the axes' values: cells of one row share one
+    for cell in cells:
+        key = tuple([cell.axes.get(axis) for axis in axes])
+        judged[key] = judged.get(key, False) or _is_failing(cell)
+    combos = list(judged.items())
+    blamed = _blamed(combos)
     ranges = []
-    for axis in axes:
-        failing: dict[str, bool] = {}
-        for cell_axes, cell_failing in judged:
-            value = cell_axes.get(axis)
-            if value:
-                failing[value] = failing.get(value, False) or cell_failing
-        if not failing:
+    for position, axis in enumerate(axes):
+        tally: dict[str, list[int]] = {}  # version -> [passing combinations, combinations]
+        supported: set[str] = set()
+        for values, failing in combos:
+            value = values[position]
+            if not value:
+                continue
+            tally.setdefault(value, [0, 0])[1] += 1
+            tally[value][0] += not failing
+            if not failing and not any((i, v) in blamed for i, v in enumerate(values) if v):
+                supported.add(value)
+        if not tally:
             continue
-        tested = sorted(failing, key=version_key)
+        tested = sorted(tally, key=version_key)
         segments: list[list[str]] = []
         previous_passed = False
         for value in tested:
-            if not failing[value]:
+            if value in supported:
                 if previous_passed:
                     segments[-1].append(value)
                 else:
                     segments.append([value])
-            previous_passed = not failing[value]
+            previous_passed = value in supported
         ranges.append(PassRange(axis, [clean_text(v, 60) for v in tested],
-                                [clean_text(v, 60) for v in tested if not failing[v]],
-                                [[clean_text(v, 60) for v in seg] for seg in segments]))
+                                [clean_text(v, 60) for v in tested if v in supported],
+                                [[clean_text(v, 60) for v in seg] for seg in segments],
+                                {clean_text(v, 60): tuple(tally[v]) for v in tested}))
     return ranges
 
 
@@ -308,49 +399,64 @@ def build_report(cells: Iterable[CellResult], *, title: str = "", notes: Iterabl
                  problems: Iterable[str] = (), changes: dict[tuple[str, str], str] | None = None,
                  last_known_good: Iterable[str] = ()) -> Report:
     """The support table of `cells`; the same cells always give the same report."""
+    with gc_paused():
+        return _build_report(cells, title, notes, problems, changes, last_known_good)
+
+
+def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str], problems: Iterable[str],
+                  changes: dict[tuple[str, str], str] | None, last_known_good: Iterable[str]) -> Report:
     problems = [clean_text(p, 400) for p in problems]
     cells = sorted(cells, key=lambda c: (c.cell_id, c.finished))
     present = set().union(*(c.axes for c in cells))
     axes = [a for a in ROW_AXES if a in present] + sorted(present - set(ROW_AXES) - set(COLUMN_AXES))
+    keys = [(tuple([cell.axes.get(a, "") for a in axes]), cell.axes.get("backend", ""), cell.axes.get("model", ""))
+            for cell in cells]
 
     # One cell per (version combination, backend, model): a duplicate keeps the most recently finished.
-    chosen: dict[tuple, CellResult] = {}
-    for cell in sorted(cells, key=lambda c: (c.finished, c.cell_id)):
-        key = (tuple(cell.axes.get(a, "") for a in axes), cell.axes.get("backend", ""), cell.axes.get("model", ""))
-        if key in chosen:
-            problems.append(clean_text(f"cell {chosen[key].cell_id} has the same axes as {cell.cell_id}; "
-                                       f"showing {cell.cell_id} (finished later)", 400))
-        chosen[key] = cell
-    kept = sorted(chosen.values(), key=lambda c: c.cell_id)
+    if len(set(keys)) == len(keys):
+        kept = list(zip(keys, cells))  # no duplicates: already in cell_id order
+    else:
+        chosen: dict[tuple, CellResult] = {}
+        for key, cell in sorted(zip(keys, cells), key=lambda kc: (kc[1].finished, kc[1].cell_id)):
+            if key in chosen:
+                problems.append(clean_text(f"cell {chosen[key].cell_id} has the same axes as {cell.cell_id}; "
+                                           f"showing {cell.cell_id} (finished later)", 400))
+            chosen[key] = cell
+        kept = sorted(chosen.items(), key=lambda kc: kc[1].cell_id)
 
     check_order = tuple(CHECKS)
-    columns_set = {(c.axes.get("backend", ""), c.axes.get("model", ""), r.check) for c in kept for r in c.checks}
-    column_keys = sorted(columns_set, key=lambda k: (
+    names: dict[tuple[str, str], set[str]] = {}
+    for (_, backend, model), cell in kept:
+        names.setdefault((backend, model), set()).update([check.check for check in cell.checks])
+    column_keys = sorted(((b, m, name) for (b, m), group in names.items() for name in group), key=lambda k: (
         _order(k[0], BACKEND_ORDER), _order(k[1], MODEL_ORDER), _order(k[2], check_order)))
     columns = [Column(*(clean_text(x, 60) for x in k)) for k in column_keys]
-    column_index = {k: i for i, k in enumerate(column_keys)}
+    column_index: dict[tuple[str, str], dict[str, int]] = {group: {} for group in names}
+    for i, (backend, model, name) in enumerate(column_keys):
+        column_index[(backend, model)][name] = i
 
     rows: dict[tuple, Row] = {}
-    counts: Counter[Status] = Counter()
+    counts = dict.fromkeys(Status, 0)
     has_emulated = False
-    for cell in kept:
-        row_key = tuple(cell.axes.get(a, "") for a in axes)
+    axis_text, environment_text = _Cleaned(120), _Cleaned(200)
+    for (row_key, backend, model), cell in kept:
         row = rows.get(row_key)
         if row is None:
-            row = rows[row_key] = Row(tuple(clean_text(v, 120) for v in row_key), {}, [], _environment(cell))
+            row = rows[row_key] = Row(tuple([axis_text[v] for v in row_key]), {}, [],
+                                      _environment(cell, environment_text))
         cell_id, lock = clean_text(cell.cell_id, 300), safe_link(cell.lock)
         row.cells.append(cell_id)
         if not cell.checks:
             problems.append(clean_text(f"cell {cell.cell_id} recorded no check results"
                                        + (f" (setup log: {cell.setup_log})" if cell.setup_log else ""), 400))
-        backend, model = cell.axes.get("backend", ""), cell.axes.get("model", "")
+        index_of, entries = column_index[(backend, model)], row.entries
         for check in cell.checks:
-            index = column_index[(backend, model, check.check)]
-            if index in row.entries:
+            index = index_of[check.check]
+            if index in entries:
                 problems.append(clean_text(f"cell {cell.cell_id} has two results for {check.check}; "
                                            "showing the first", 400))
                 continue
-            entry = row.entries[index] = _entry(cell, cell_id, lock, check, columns[index])
+            entry = entries[index] = _entry(cell, cell_id, lock, check, columns[index])
             if changes is not None:
                 entry.change = changes.get((cell.cell_id, check.check))
             counts[entry.status] += 1
@@ -370,7 +476,7 @@ def build_report(cells: Iterable[CellResult], *, title: str = "", notes: Iterabl
         change_counts = dict(Counter(e.change or "new entry" for row in row_list for e in row.entries.values()))
     return Report(
         title=clean_text(title or "Qwen3.5 RL-stack compatibility report", 200), axes=axes, columns=columns,
-        rows=row_list, ranges=pass_ranges(kept, [a for a in PACKAGE_AXES if a in axes]),
+        rows=row_list, ranges=pass_ranges([cell for _, cell in kept], [a for a in PACKAGE_AXES if a in axes]),
         summary={s.value: counts[s] for s in Status},
         notes=[clean_text(n, 1000) for n in notes if str(n).strip()], problems=problems,
         cell_count=len(kept), has_emulated=has_emulated, changes=change_counts,

@@ -1,0 +1,170 @@
+"""The faster rendering paths say exactly what the plain ones did: every entry in report.html, the
+all-ASCII page, whole-curve polylines, remembered reference curves, plain links, the paused collector."""
+from __future__ import annotations
+
+import gc
+import random
+import re
+from html.parser import HTMLParser
+from urllib.parse import quote
+
+import pytest
+
+from harness.report import build_report, plot, table, to_html, to_json
+from harness.report.htmltext import escape_html
+from harness.report.synthetic import synthetic_cells
+from harness.report.table import STATUS_SYMBOLS, entry_extras, safe_link
+
+
+class TableCells(HTMLParser):
+    """Per body row of the support table: class, title, links ({label: href}) and text of each entry cell."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.rows: list[list[dict]] = []
+        self.cell: dict | None = None
+        self.href: str | None = None
+        self.in_body = False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "tbody":
+            self.in_body = True
+        elif self.in_body and tag == "tr":
+            self.rows.append([])
+        elif self.in_body and tag == "td" and (attrs.get("class") or "").startswith("s-"):
+            self.cell = {"class": attrs["class"], "title": attrs.get("title"), "links": {}, "text": ""}
+            self.rows[-1].append(self.cell)
+        elif self.cell is not None and tag == "a":
+            self.href = attrs["href"]
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell["text"] += data
+            if self.href is not None:
+                self.cell["links"][data] = self.href
+
+    def handle_endtag(self, tag):
+        if tag == "a":
+            self.href = None
+        elif tag == "td":
+            self.cell = None
+        elif tag == "tbody":
+            self.in_body = False
+
+
+def test_html_shows_every_entry_with_status_links_message_verdicts_and_extras():
+    report = build_report(synthetic_cells(400, seed=11))
+    page = to_html(report)
+    assert page.isascii()
+    parser = TableCells()
+    parser.feed(page)
+    assert len(parser.rows) == len(report.rows)
+    checked = 0
+    for row, cells in zip(report.rows, parser.rows):
+        entries = [entry for _, entry in sorted(row.entries.items())]
+        assert len(cells) == len(entries)
+        for entry, cell in zip(entries, cells):
+            assert cell["class"] == f"s-{entry.status.value}" and cell["title"] == entry.cell_id
+            assert cell["text"].startswith(f"{STATUS_SYMBOLS[entry.status]} {entry.status.value}")
+            for kind in ("log", "lock"):
+                path = getattr(entry, kind)
+                assert cell["links"].get(kind) == (quote(path, safe="/") if path else None)
+            assert ("plot" in cell["links"]) == (entry.plot is not None)
+            texts = [entry.message, *entry_extras(entry), *entry.rejected_links, *(v.name for v in entry.verdicts)]
+            for text in texts:
+                assert text in cell["text"]
+            if entry.known_failure:
+                assert f"known failure: {entry.known_failure['reason']}" in cell["text"]
+            checked += 1
+    assert checked == sum(report.summary.values()) > 0
+
+
+def test_plot_numbers_follow_the_table_and_every_plot_is_drawn():
+    report = build_report(synthetic_cells(200, seed=12))
+    page = to_html(report)
+    links = re.findall(r'href="#(plot-\d+)"', page)
+    figures = re.findall(r'<figure id="(plot-\d+)"><svg', page)
+    assert links == figures == [f"plot-{i}" for i in range(len(figures))]
+    assert len(figures) == sum(e.plot is not None for row in report.rows for e in row.entries.values()) > 0
+    assert to_json(report)["rows"] and page == to_html(report)  # deterministic
+
+
+def test_a_whole_curve_is_one_polyline_at_the_expected_pixels():
+    values = (0.4, 0.55, 0.5, 0.9, 0.75, 0.8, 0.6)
+    guide = plot._guide((), (), ())
+    svg = plot.convergence_svg({"reward": values, "guide": guide}, label="c")
+    (points,) = re.findall(r'<polyline class="rew" points="([^"]*)"/>', svg)
+    low, high = plot._nice_range(min(values), max(values))
+    sy = 128 / (high - low)
+    expected = [f"{44 + i * 266 / 6:.1f},{10 + high * sy - v * sy:.1f}" for i, v in enumerate(values)]
+    assert points.split() == expected
+    # The same curve with a gap goes through the general path: the same pixels, in two lines.
+    gap = plot.convergence_svg({"reward": (*values[:2], None, *values[3:]), "guide": guide}, label="c")
+    runs = re.findall(r'<polyline class="rew" points="([^"]*)"/>', gap)
+    assert [r.split() for r in runs] == [expected[:2], expected[3:]]
+
+
+def test_remembered_reference_curves_give_what_checking_them_gives():
+    curves = [[1, 2.5], [True, 2.5], [1.0, 2.5], [0.5, "x"], [0.5, None], [0.5, float("nan")], [1e301, 0.5],
+              [0.5, [1]], [2.5, 1], [True, "x"], [1, "x"], (0.25, 0.5), []]
+    for _ in range(2):
+        for curve in random.Random(1).sample(curves, len(curves)):
+            assert repr(plot._floats(curve, shared=True)) == repr(plot._floats(curve))
+
+
+def _safe_link_rules(path):
+    """safe_link as first written: the reference for its fast path."""
+    if not isinstance(path, str) or not path or len(path) > 1000 or path[0] in "/~" \
+            or re.search(r"[\x00-\x1f\x7f:\\]", path):
+        return None
+    parts = [p for p in path.split("/") if p != "."]
+    if not parts or "" in parts or ".." in parts:
+        return None
+    return "/".join(parts)
+
+
+def test_safe_link_fast_path_follows_the_rules():
+    rng = random.Random(3)
+    alphabet = "ab._-~/:\\+=,\x00 é"
+    paths = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(20_000)]
+    paths += ["a/b.log", ".a/b", "a/..b", "a/b..", "..a", "a/.", "a/./b", "-a/_b", "a" * 1001, "a/" * 500 + "b"]
+    for path in paths:
+        assert safe_link(path) == _safe_link_rules(path), path
+
+
+def test_the_collector_is_paused_only_while_a_report_is_built():
+    cells = synthetic_cells(20, seed=1)
+    assert gc.isenabled()
+    build_report(cells)
+    to_json(build_report(cells))
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        build_report(cells)
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()
+    gc.freeze()  # a program that froze its objects (before forking workers) keeps them frozen
+    try:
+        frozen = gc.get_freeze_count()
+        build_report(cells)
+        assert gc.get_freeze_count() == frozen and gc.isenabled()
+    finally:
+        gc.unfreeze()
+
+
+def test_the_collector_is_enabled_again_when_building_fails(monkeypatch):
+    def fail(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(table, "_entry", fail)
+    with pytest.raises(RuntimeError):
+        build_report(synthetic_cells(5, seed=1))
+    assert gc.isenabled()
+
+
+def test_escape_html_is_html_escape_written_in_ascii():
+    text = "<a href='x'>&</a> \u2705 \u00b7 \U0001f4a5 \u202e"
+    assert escape_html(text) == "&lt;a href=&#x27;x&#x27;&gt;&amp;&lt;/a&gt; &#9989; &#183; &#128165; &#8238;"
