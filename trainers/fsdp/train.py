@@ -234,7 +234,9 @@ class GRPOTrainer:
         return [self.step(step) for step in range(self.config.steps)]
 
     def close(self) -> None:
-        """Remove the patches this trainer applied (the process group is the caller's)."""
+        """Stop the rollout engine and remove the patches this trainer applied (the process group is
+        the caller's)."""
+        self.rollout.close()
         self.patches.remove()
 
 

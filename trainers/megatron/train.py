@@ -273,6 +273,7 @@ class MegatronGRPOTrainer:
         return [self.step(step) for step in range(self.config.steps)]
 
     def close(self) -> None:
+        self.rollout.close()
         self.shim.remove()
 
 
