@@ -19,9 +19,17 @@ def _on_a_terminal(monkeypatch, ci: str | None) -> str:
         progress.finished("cell-a", [Status.PASS, Status.PASS, Status.FAIL])
         progress.started("cell-b", reused=True)
         progress.finished("cell-b", [Status.PASS])
-    text = os.read(leader, 65536).decode()
+    chunks = []
+    while True:  # one read returns only what is buffered now; read until the closed end is drained
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # EIO: the other end is closed and everything has been read
+            break
+        if not data:
+            break
+        chunks.append(data)
     os.close(leader)
-    return text
+    return b"".join(chunks).decode()
 
 
 def test_a_terminal_gets_a_redrawn_bar(monkeypatch):
