@@ -53,8 +53,7 @@ def engine_host() -> str:
 def command(workflow: Path, job: str, image: str, event: str, environ: dict[str, str]) -> list[str]:
     """act's argv: every value a separate argument, nothing through a shell."""
     argv = [act_binary(), event, "--workflows", str(workflow), "--job", job, "--platform", f"ubuntu-latest={image}",
-            "--pull=false", "--rm", "--container-architecture", "linux/amd64" if os.uname().machine == "x86_64"
-            else "linux/arm64", "--env", "CI=true"]
+            "--pull=false", "--rm", "--env", "CI=true"]
     for action, path in STAND_INS.items():
         argv += ["--local-repository", f"{action}={path}"]
     env, shared, ca = package_settings(environ)

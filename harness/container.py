@@ -18,11 +18,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainers import determinism
+
 from . import checks, pipconfig
 from .cellenv import PROJECT_ROOT, tail
 from .envinfo import project_revision
 from .errors import EnvironmentMissing
-from .results import CellResult, CheckResult, Status, kept_results, load_cell, write_json_atomic
+from .results import CellResult, CheckResult, Status, combine_checks, kept_results, load_cell, write_json_atomic
 
 # Paths inside the container.
 SRC, OUT, ENVS, MATRIX_DIR = "/harness/src", "/harness/out", "/harness/envs", "/harness/matrix"
@@ -30,8 +32,10 @@ CA_BUNDLE = "/harness/ca.crt"
 NPU_NODES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 NPU_MOUNTS = ("/usr/local/dcmi", "/usr/local/bin/npu-smi", "/usr/local/Ascend/driver/lib64",
               "/usr/local/Ascend/driver/version.info", "/etc/ascend_install.info")
+# What a user exported reaches the run inside: the harness's own settings, device selection, and every
+# determinism variable (trainers/determinism.py decides them; an exported value wins there too).
 FORWARD = ("HARNESS_EXTRA_CHECKS", "HARNESS_DEBUG", "HARNESS_INDEX_URL", "CUDA_VISIBLE_DEVICES",
-           "ASCEND_RT_VISIBLE_DEVICES", "HCCL_DETERMINISTIC", "CUBLAS_WORKSPACE_CONFIG")
+           "ASCEND_RT_VISIBLE_DEVICES", *dict.fromkeys(k for env in determinism.ENVIRONMENT.values() for k in env))
 UV_PATHS = ("UV_FIND_LINKS", "UV_CONSTRAINT", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_INDEX", "UV_EXTRA_INDEX_URL")
 SETUP_BUDGET = 3600.0  # seconds for bootstrap and the cell's install, on top of the checks' own timeouts
 TAIL_LINES = 200
@@ -279,11 +283,9 @@ def run_cell(cell, matrix, opts, earlier: CellResult | None = None) -> CellResul
     result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags), started=started, setup_log=rel_log,
                         environment={"image": cell.axes["image"], "image_id": image.id if image else None,
                                      "image_digest": image.digest if image else None})
-    wanted_checks = opts.checks or cell.checks
-    kept = kept_results(earlier, wanted_checks, opts.redo)
-    result.checks = [kept.get(n) or CheckResult(n, Status.ERROR, f"container: {reason}", log=rel_log,
-                                                failure_class="infra") for n in wanted_checks]
-    result.checks += [c for name, c in kept.items() if name not in wanted_checks]
+    wanted = opts.checks or cell.checks
+    result.checks = combine_checks(wanted, kept_results(earlier, wanted, opts.redo), lambda name: CheckResult(
+        name, Status.ERROR, f"container: {reason}", log=rel_log, failure_class="infra"))
     result.finished = _now()
     result.duration = round(time.perf_counter() - start, 3)
     write_json_atomic(path, result.to_dict())

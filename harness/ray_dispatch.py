@@ -35,7 +35,15 @@ from .cellenv import PROJECT_ROOT
 from .errors import EnvironmentMissing, InputError
 from .matrix import Cell, Matrix
 from .progress import Progress
-from .results import CellResult, CheckResult, Status, kept_results, write_json_atomic, write_text_atomic
+from .results import (
+    CellResult,
+    CheckResult,
+    Status,
+    combine_checks,
+    kept_results,
+    write_json_atomic,
+    write_text_atomic,
+)
 from .run import RunOptions, cell_path, reusable, run_cell, write_run_info
 
 RUN_TOKEN = ".ray-run-token"
@@ -130,12 +138,10 @@ def execute_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResu
 def crash_result(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult | None, reason: str) -> CellResult:
     """The record of a cell whose task failed for good: its wanted checks `crash`, class infra."""
     wanted = opts.checks or cell.checks
-    kept = kept_results(earlier, wanted, opts.redo)
     message = f"the Ray task running this cell failed after {opts.retries} retries: {reason[-1500:]}"
     result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags))
-    result.checks = [kept.get(name) or CheckResult(name, Status.CRASH, message, failure_class="infra")
-                     for name in wanted]
-    result.checks += [check for name, check in kept.items() if name not in wanted]
+    result.checks = combine_checks(wanted, kept_results(earlier, wanted, opts.redo),
+                                   lambda name: CheckResult(name, Status.CRASH, message, failure_class="infra"))
     return result
 
 

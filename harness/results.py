@@ -194,3 +194,9 @@ def kept_results(earlier: CellResult | None, wanted, redo: bool) -> dict[str, Ch
         if name in kept and (redo or kept[name].failure_class == "infra"):
             del kept[name]
     return kept
+
+
+def combine_checks(wanted, kept: dict[str, CheckResult], fresh) -> list[CheckResult]:
+    """A cell's checks after a run: each wanted check, kept from earlier or `fresh(name)`, in order;
+    then the earlier results of the checks this run did not want."""
+    return [kept.get(name) or fresh(name) for name in wanted] + [c for name, c in kept.items() if name not in wanted]

@@ -24,6 +24,7 @@ from .results import (
     CheckResult,
     Status,
     classify,
+    combine_checks,
     kept_results,
     load_cell,
     write_json_atomic,
@@ -141,16 +142,13 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
                 break  # the pins conflict: trying again cannot help
     if env is None:
         what = "the pins cannot be installed together" if failure == "test" else "environment setup failed"
-        result.checks = [kept.get(name) or CheckResult(
+        result.checks = combine_checks(wanted, kept, lambda name: CheckResult(
             name, Status.ERROR, f"{what}: {attempts[-1]['reason']}", log=result.setup_log, failure_class=failure,
-            attempts=attempts[:-1]) for name in wanted]
-        result.checks += [check for name, check in kept.items() if name not in wanted]
+            attempts=attempts[:-1]))
     else:
         result.lock = str(rel / "lock.txt")
         result.environment = _capture(env, opts)
-        for name in wanted:
-            result.checks.append(kept.get(name) or _one_check(name, cell, matrix, env, opts, rel))
-        result.checks += [check for name, check in kept.items() if name not in wanted]
+        result.checks = combine_checks(wanted, kept, lambda name: _one_check(name, cell, matrix, env, opts, rel))
     result.finished, result.duration = _now(), round(time.perf_counter() - start, 3)
     write_json_atomic(cell_path(opts.out_dir, cell.id), result.to_dict())
     return result

@@ -80,6 +80,7 @@ def _compare(variant: str, sizes, args) -> dict:
         gated_delta_net_probe,
         megatron_logits,
     )
+    from trainers.rollout import positions_from_mask
 
     out = {"tp": sizes.tp, "variant": variant}
     hf = build_hf_variant(variant, args.model_config, seed=args.seed).eval()
@@ -100,7 +101,7 @@ def _compare(variant: str, sizes, args) -> dict:
     out["roundtrip_mismatched"] = sorted(k for k in reference
                                          if k not in back or not torch.equal(back[k], reference[k]))
     ids, mask = _batch(hf.config.vocab_size, args.seed)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    positions = positions_from_mask(mask)
     with torch.no_grad():
         # use_cache=False: transformers 5.5-5.9 raise in _update_linear_attn_mask when a Qwen3.5
         # cache holds no linear-attention layer (every layer full attention); the forward is the same.

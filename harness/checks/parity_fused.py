@@ -12,6 +12,7 @@ import torch
 
 from harness.results import Status, Verdict
 from trainers.patches.fused_logprob import logprobs_and_entropy, reference_logprobs_and_entropy
+from trainers.rollout import positions_from_mask
 
 from .parity_inputs import Models, Tolerance, cotangent, grad_error, gradients, max_abs, model_inputs, optional_module
 
@@ -86,7 +87,7 @@ def rollout_vs_trainer(models: Models, tolerances: dict[str, Tolerance], seed: i
         prompts = [torch.randint(3, 100, (n,), generator=gen).tolist() for n in PROMPT_LENGTHS]
         batch = make_rollout(engine, model).generate(prompts, MAX_NEW_TOKENS, ROLLOUT_TEMPERATURE, seed)
         mask = batch.attention_mask
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        positions = positions_from_mask(mask)
         with torch.no_grad():
             trainer_lp, _ = logprobs_and_entropy(model, batch.input_ids, attention_mask=mask, position_ids=positions,
                                                  temperature=ROLLOUT_TEMPERATURE)

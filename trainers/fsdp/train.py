@@ -37,7 +37,7 @@ from ..metrics import MetricsWriter
 from ..models import build_model
 from ..patches import training as training_patches
 from ..patches.fused_logprob import IGNORE_INDEX, logprobs_and_entropy
-from ..rollout import RolloutBatch, make_rollout
+from ..rollout import RolloutBatch, make_rollout, positions_from_mask
 from ..tasks import make_task
 from .config import TrainConfig
 from .parallelize import parallelize
@@ -65,7 +65,7 @@ def response_logprobs(model, batch: RolloutBatch, temperature: float, with_entro
     Through the fused log-prob forward: position t scores the token at t+1, and only response
     tokens are labelled, so the prompt costs no log-softmax work beyond its chunk.
     """
-    positions = (batch.attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+    positions = positions_from_mask(batch.attention_mask)
     labels = torch.full_like(batch.input_ids, IGNORE_INDEX)
     labels[:, batch.prompt_width - 1:-1] = torch.where(batch.response_mask.bool(), batch.response_ids,
                                                        IGNORE_INDEX)
