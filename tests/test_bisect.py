@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from harness import bisect as bs
 from harness.errors import InputError
-from harness.index import PackageIndex
+from harness.matrix.index import PackageIndex
+from harness.trust import bisect as bs
 
 ROOT = Path(__file__).resolve().parent.parent
 

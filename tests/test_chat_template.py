@@ -191,7 +191,7 @@ def patch():
 
 def test_the_patch_names_its_target_range_and_is_listed(patch):
     from harness.checks.parity_audit import audit_patch
-    from harness.results import Status
+    from harness.results.records import Status
 
     assert [p.name for p in PATCHES] == [patch.name] and PATCHES[0].target == TARGET
     assert patch.applicable()[0], patch.applicable()[1]

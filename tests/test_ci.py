@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import ci, matrix
+from harness import matrix
+from harness.ci import github as ci
 from harness.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +32,7 @@ def test_workflows_validate_against_the_github_schema():
     done = subprocess.run([tool, "--builtin-schema", "vendor.github-workflows", *workflows], capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    # The local stand-ins act uses in place of GitHub's actions (python -m harness.act).
+    # The local stand-ins act uses in place of GitHub's actions (python -m harness.ci.act).
     actions = sorted(str(p) for p in (ROOT / ".github" / "act").glob("*/action.yml"))
     assert actions
     done = subprocess.run([tool, "--builtin-schema", "vendor.github-actions", *actions], capture_output=True,

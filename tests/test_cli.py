@@ -42,7 +42,7 @@ def test_bad_input_exits_2_with_one_line(args, expected):
 
 
 def test_an_accelerator_matrix_on_a_machine_without_it_exits_3(tmp_path):
-    from harness import devices
+    from harness.envs import devices
 
     if devices.probe("cuda")[0]:
         pytest.skip("this machine has a CUDA device")

@@ -1,4 +1,4 @@
-"""Cells with an `image` run inside it through the docker SDK (harness/container.py).
+"""Cells with an `image` run inside it through the docker SDK (harness/envs/container.py).
 
 The first tests check the container's arguments as plain data, without an engine. The slow ones run
 real cells in a locally built image on a real local engine: the one DOCKER_HOST or the default socket
@@ -22,11 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import container, localimage, matrix
-from harness.cellenv import PROJECT_ROOT
+from harness import matrix
+from harness.envs import container, localimage
+from harness.envs.cellenv import PROJECT_ROOT
 from harness.errors import EnvironmentMissing, InputError
-from harness.results import load_cell
-from harness.run import RunOptions
+from harness.execution.run import RunOptions
+from harness.results.records import load_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 RESOURCES = ROOT / "tests" / "resources"
@@ -84,7 +85,7 @@ def test_argv_list_never_privileged(tmp_path):
     cell, args = _args(tmp_path)
     command = args["command"]
     assert all(isinstance(part, str) for part in command)
-    assert command[:3] == ["python3", "-m", "harness.incontainer"]
+    assert command[:3] == ["python3", "-m", "harness.envs.incontainer"]
     assert command[command.index("--cells") + 1] == cell.id and command[command.index("--out") + 1] == container.OUT
     assert {"--no-report", "--no-index-check"} <= set(command) and "--redo" not in command
     assert not any(IMAGE in part for part in command)  # the image goes to the engine, never into a command
@@ -400,7 +401,7 @@ jobs:
 
 def _act(engine: Engine, *args: str):
     env = {**os.environ, "DOCKER_HOST": engine.host} if engine.host else dict(os.environ)
-    return subprocess.run([sys.executable, "-m", "harness.act", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "harness.ci.act", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
 
 

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from harness import envinfo
+from harness.envs import envinfo
 
 
 def test_secrets_are_never_recorded():

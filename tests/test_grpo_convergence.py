@@ -7,7 +7,7 @@ import pytest
 
 from harness.checks import CheckOptions
 from harness.checks import grpo_convergence as check
-from harness.results import Status
+from harness.results.records import Status
 
 REFERENCE = json.loads(check.reference_path("fsdp", "text").read_text())
 

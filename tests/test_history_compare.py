@@ -3,8 +3,9 @@ import json
 
 import pytest
 
-from harness import compare, history
-from harness.results import CellResult, CheckResult, Status
+from harness.report import history
+from harness.results import compare
+from harness.results.records import CellResult, CheckResult, Status
 
 
 def cell(tf, status, finished="2026-11-22T10:00:00+00:00", flaky=False, lock="torch==2.13.0\n", tmp=None):

@@ -2,7 +2,7 @@
 import pytest
 
 from harness.errors import InputError
-from harness.index import PackageIndex, check_releases
+from harness.matrix.index import PackageIndex, check_releases
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import load_cell
+from harness.results.records import load_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = """\

@@ -145,7 +145,7 @@ def test_a_file_that_is_not_utf8_is_an_input_error(tmp_path):
 
 
 def test_a_release_missing_from_the_index_is_named_with_its_line(tmp_path):
-    from harness import index
+    from harness.matrix import index
 
     class Index:  # the two questions check_releases asks, answered from a fixed list
         url = "https://index.test/simple"

@@ -80,7 +80,7 @@ def test_bridge_support_records_the_real_mbridge_error():
 def test_bridge_parity_check_passes_and_fails_on_a_broken_mapping(tmp_path, broken):
     from harness.checks import CheckOptions
     from harness.checks.bridge_parity import LOGPROB_ATOL, run
-    from harness.results import Status
+    from harness.results.records import Status
 
     result = run(CheckOptions(backend="megatron", work_dir=tmp_path), break_mapping=broken)
     verdicts = {v.name: v for v in result.verdicts}

@@ -12,7 +12,7 @@ pytest.importorskip("tensordict")
 
 from harness.checks import CheckOptions, nested_chunking
 from harness.checks.nested_probes import FAMILIES, judge_dense, judge_nested
-from harness.results import CheckResult, Status
+from harness.results.records import CheckResult, Status
 from trainers import data
 
 OUTCOME_PREFIXES = ("ok", "raises:", "wrong:")

@@ -45,7 +45,7 @@ def test_tags_select_a_slice():
 
 @pytest.mark.parametrize("session, device", [("gpu-fsdp-qwen35", "cuda"), ("npu-matrix", "npu")])
 def test_accelerator_sessions_fail_fast_without_the_accelerator(session, device):
-    from harness import devices
+    from harness.envs import devices
 
     if devices.probe(device)[0]:
         pytest.skip(f"this machine has {device}")

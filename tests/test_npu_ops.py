@@ -7,7 +7,7 @@ import zipfile
 import pytest
 import torch
 
-from harness.results import Status
+from harness.results.records import Status
 from trainers.device import set_cpu_threads
 from trainers.patches import all_patches, base
 from trainers.patches import npu_op_table as table

@@ -13,7 +13,7 @@ from torch import nn
 
 from harness.checks import CheckOptions, offload_regression
 from harness.checks import _offload_fsdp_worker as worker
-from harness.results import Status, Verdict
+from harness.results.records import Status, Verdict
 from trainers.offload_emulation import EmulatedDeviceMismatch, emulate_cpu_offload, record_embedding_calls
 from trainers.patches.base import Patch, installed_version
 

@@ -17,7 +17,7 @@ from harness.checks import (
 )
 from harness.checks.parity_inputs import Models
 from harness.checks.patch_parity import TOLERANCES, run
-from harness.results import Status
+from harness.results.records import Status
 from trainers.patches.base import DelegatingPatch, Patch
 from trainers.patches.fused_logprob import logprobs_and_entropy
 

@@ -2,8 +2,8 @@
 import io
 import os
 
-from harness.progress import Progress
-from harness.results import Status
+from harness.execution.progress import Progress
+from harness.results.records import Status
 
 
 def _on_a_terminal(monkeypatch, ci: str | None) -> str:

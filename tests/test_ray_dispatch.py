@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import ray_dispatch
 from harness.errors import InputError
+from harness.execution import ray_dispatch
 from harness.matrix import Cell
-from harness.results import CellResult, CheckResult, Status
+from harness.results.records import CellResult, CheckResult, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = """\
@@ -83,7 +83,7 @@ def test_long_logs_ship_only_their_tail(tmp_path):
 
 def test_a_lost_task_keeps_the_checks_it_already_had(tmp_path):
     from harness import matrix as matrices
-    from harness.run import RunOptions
+    from harness.execution.run import RunOptions
 
     (tmp_path / "m.toml").write_text(MATRIX.replace('"misbehave"', '"stack-smoke"'))  # only its name is used
     cell = _cell()

@@ -24,7 +24,7 @@ from harness.report import (
 )
 from harness.report.synthetic import synthetic_cells
 from harness.report.table import STATUS_SYMBOLS, pass_ranges
-from harness.results import CellResult, CheckResult, Status, Verdict, write_json_atomic
+from harness.results.records import CellResult, CheckResult, Status, Verdict, write_json_atomic
 
 
 def make_cell(cell_id: str, checks: list[CheckResult], **axes: str) -> CellResult:

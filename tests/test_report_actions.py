@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from harness.report import render_report
-from harness.results import CellResult, CheckResult, Status, write_json_atomic
+from harness.results.records import CellResult, CheckResult, Status, write_json_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 

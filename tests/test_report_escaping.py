@@ -11,7 +11,7 @@ from harness.report import build_report, to_html, to_json, to_markdown
 from harness.report.markdown import md_text
 from harness.report.synthetic import HOSTILE_LINKS, HOSTILE_MESSAGES, synthetic_cells
 from harness.report.table import safe_link
-from harness.results import CellResult, CheckResult, Status, Verdict
+from harness.results.records import CellResult, CheckResult, Status, Verdict
 
 HOSTILE_TITLE = "<script>alert('title')</script> | `x`"
 

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from harness import results
-from harness.results import CellResult, CheckResult, Status, Verdict
+from harness.results import records as results
+from harness.results.records import CellResult, CheckResult, Status, Verdict
 
 
 def _cell():

@@ -106,7 +106,7 @@ def test_an_infra_failure_is_run_again_by_the_next_run(tmp_path, project_env):
 
 
 def test_kept_results_drop_redone_and_infra_checks_only():
-    from harness.results import CellResult, CheckResult, Status, kept_results
+    from harness.results.records import CellResult, CheckResult, Status, kept_results
 
     earlier = CellResult("m", "c", {}, [])
     earlier.checks = [CheckResult("a", Status.ERROR, "index unreachable", failure_class="infra"),

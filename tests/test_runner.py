@@ -4,9 +4,9 @@ import sys
 
 import pytest
 
-from harness import runner
 from harness.checks import CheckOptions
-from harness.results import Status
+from harness.execution import runner
+from harness.results.records import Status
 
 
 def _run(tmp_path, project_env, mode, timeout=60.0, memory=None):

@@ -2,7 +2,7 @@
 import pytest
 
 from harness.checks import CheckOptions, stack_smoke
-from harness.results import Status
+from harness.results.records import Status
 
 models = pytest.importorskip("trainers.models")
 

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from harness.checks import parity_chunk, parity_stock  # noqa: E402
 from harness.checks.patch_parity import TOLERANCES  # noqa: E402
-from harness.results import Status  # noqa: E402
+from harness.results.records import Status  # noqa: E402
 from trainers import determinism  # noqa: E402
 from trainers.fsdp.parallelize import should_shard  # noqa: E402
 from trainers.patches import gated_delta_chunk, training  # noqa: E402
@@ -132,8 +132,8 @@ def test_apply_turns_on_deterministic_algorithms(monkeypatch):
 
 
 def test_each_check_process_gets_its_devices_settings(monkeypatch, tmp_path):
+    from harness.execution.run import RunOptions, check_environment
     from harness.matrix import Cell
-    from harness.run import RunOptions, check_environment
 
     opts = RunOptions(out_dir=tmp_path)
     cell = Cell("m", "c", {"device": "cuda", "backend": "fsdp", "model": "text"}, (), ())

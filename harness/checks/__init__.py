@@ -2,6 +2,8 @@
 
 Check modules are imported only when they run, inside the cell's own environment, so the
 harness itself never needs torch or transformers.
+
+May import: harness.errors, harness.results (and, inside a cell's environment, trainers).
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..results import CheckResult
+from harness.results.records import CheckResult
 
 
 @dataclass(frozen=True)

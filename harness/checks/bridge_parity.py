@@ -27,7 +27,8 @@ import time
 import traceback
 from pathlib import Path
 
-from ..results import CheckResult, Status, Verdict
+from harness.results.records import CheckResult, Status, Verdict
+
 from . import CheckOptions
 
 NAME = "bridge-parity"
@@ -199,7 +200,7 @@ def _verdict_hybrid(data: dict | None, log: Path) -> Verdict:
     if data is None:
         tail = log.read_text(encoding="utf-8", errors="replace")[-1500:] if log.exists() else ""
         return Verdict("hybrid-tp1", Status.FAIL, f"worker produced no result; log tail: {tail}")
-    if "unavailable" in data:  # megatron-core's own refusal: a limit of this machine's stack
+    if "unavailable" in data:  # megatron-core's own refusal: a limit of the installed stack
         message = data["unavailable"]
         if data.get("gated_delta_net_error"):
             message += f"; the GatedDeltaNet layer alone: {data['gated_delta_net_error']}"
@@ -227,8 +228,8 @@ def run(options: CheckOptions, break_mapping: bool = False) -> CheckResult:
         return CheckResult(NAME, Status.SKIP, f"Qwen3.5 is unavailable in transformers {_version('transformers')}")
     work = Path(options.work_dir) / "bridge-parity"
     work.mkdir(parents=True, exist_ok=True)
-    # One process at TP=1 for both variants and 2 ranks at TP=2: each start imports megatron-core
-    # (20-30 s of CPU on a busy 2-core machine), so the fewer processes the better.
+    # One process at TP=1 for both variants and 2 ranks at TP=2: each start imports megatron-core,
+    # the largest share of this check's time on a CPU runner, so the fewer processes the better.
     jobs = {"tp1": (1, "full-attention,hybrid"), "tp2": (2, "full-attention")}
     started = time.perf_counter()
     processes = {key: _launch(tp, variants, options, work / f"{key}.json", break_mapping)

@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..results import CheckResult, Status, Verdict, write_json_atomic
+from harness.results.records import CheckResult, Status, Verdict, write_json_atomic
+
 from . import CheckOptions
 
 NAME = "grpo-convergence"

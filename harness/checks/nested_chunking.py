@@ -14,7 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..results import CheckResult, Status, Verdict
+from harness.results.records import CheckResult, Status, Verdict
+
 from . import CheckOptions
 from .nested_probes import FAMILIES, OK, Family, family_evidence, family_tensordict, reference_samples
 

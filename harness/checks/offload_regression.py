@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..results import CheckResult, Status, Verdict
+from harness.results.records import CheckResult, Status, Verdict
+
 from . import CheckOptions
 
 NAME = "offload-regression"
@@ -87,7 +88,13 @@ def emulated_passes(options: CheckOptions, device, trainer_method: str) -> dict[
     from trainers.models import build_model
     from trainers.offload_emulation import emulate_cpu_offload
 
-    from ._offload_fsdp_worker import error_site, patches_applied, trainer_patches, vision_batch, vision_step
+    from ._offload_fsdp_worker import (
+        error_site,
+        patches_applied,
+        trainer_patches,
+        vision_batch,
+        vision_step,
+    )
 
     model = build_model("vl", options.model_config, seed=options.seed).to(device)
     pos_embed = model.model.visual.pos_embed

@@ -10,10 +10,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from harness.results import Status, Verdict
+from harness.results.records import Status, Verdict
 from trainers.patches.base import Patch, TargetMissing, exists_statically, installed_version, resolve, split_target
-
-from .parity_inputs import optional_module
 
 # Importing these has side effects or fails without the accelerator stack: read their sources.
 STATIC_ONLY = ("torch_npu", "vllm", "vllm_ascend")
@@ -60,9 +58,8 @@ def audit_patch(patch: Patch) -> Verdict:
 
 def npu_symbol_verdict() -> list[Verdict]:
     """The torch_npu fused ops the NPU op table calls (C++ exports, listed in torch_npu's sources)."""
-    table = optional_module("trainers.patches.npu_op_table")
-    if table is None or not hasattr(table, "missing_npu_symbols"):
-        return [Verdict("target-audit:torch_npu-ops", Status.SKIP, "trainers.patches.npu_op_table is not written yet")]
+    from trainers.patches import npu_op_table as table  # a project module: missing is an error, never a skip
+
     targets = table.npu_symbol_targets()
     metrics = {"targets": targets, "installed": str(installed_version("torch_npu") or "") or None}
     try:

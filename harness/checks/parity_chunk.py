@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.results import Status, Verdict
+from harness.results.records import Status, Verdict
 from trainers.patches.base import Patch, resolve
 
 from .parity_inputs import DTYPES, Tolerance, cotangent, max_abs

@@ -10,11 +10,19 @@ from collections.abc import Callable
 
 import torch
 
-from harness.results import Status, Verdict
+from harness.results.records import Status, Verdict
 from trainers.patches.fused_logprob import logprobs_and_entropy, reference_logprobs_and_entropy
 from trainers.rollout import positions_from_mask
 
-from .parity_inputs import Models, Tolerance, cotangent, grad_error, gradients, max_abs, model_inputs, optional_module
+from .parity_inputs import (
+    Models,
+    Tolerance,
+    cotangent,
+    grad_error,
+    gradients,
+    max_abs,
+    model_inputs,
+)
 
 TEMPERATURES = (0.7, 1.0)
 CHUNK_SIZE = 7  # small and odd: many chunks, the last one partial
@@ -76,10 +84,7 @@ def rollout_vs_trainer(models: Models, tolerances: dict[str, Tolerance], seed: i
     """Sample with the engine, recompute the sampled tokens' log-probs with the trainer's forward."""
     name = f"rollout-vs-trainer:{engine}"
     if make_rollout is None:
-        rollout_module = optional_module("trainers.rollout")
-        if rollout_module is None:
-            return [Verdict(name, Status.SKIP, "trainers.rollout is not written yet")]
-        make_rollout = rollout_module.make_rollout
+        from trainers.rollout import make_rollout  # a project module: missing is an error, never a skip
     metrics, failures = {"temperature": ROLLOUT_TEMPERATURE, "max_new_tokens": MAX_NEW_TOKENS}, []
     for dtype, tol in tolerances.items():
         model = models.get(kind, dtype)

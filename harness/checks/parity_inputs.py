@@ -3,7 +3,6 @@ error measures, and which patches touch which model."""
 from __future__ import annotations
 
 import copy
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,12 +132,3 @@ def kinds_touched(patch: Patch, models: Models, kinds=KINDS) -> list[str]:
             touched.append(kind)
     return touched
 
-
-def optional_module(name: str):
-    """Import a sibling project module if it exists (other parts of the trainer may lag behind)."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        return None

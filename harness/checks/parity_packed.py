@@ -15,7 +15,7 @@ import contextlib
 
 import torch
 
-from harness.results import Status, Verdict
+from harness.results.records import Status, Verdict
 from trainers.patches import packed_forward
 from trainers.patches.base import Patch
 from trainers.patches.fused_logprob import logprobs_and_entropy, reference_logprobs_and_entropy

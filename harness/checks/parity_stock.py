@@ -10,12 +10,21 @@ from collections.abc import Callable
 
 import torch
 
-from harness.results import Status, Verdict
+from harness.results.records import Status, Verdict
 from trainers.patches.base import Patch
 from trainers.patches.fused_logprob import reference_logprobs_and_entropy
 
 from .parity_chunk import compare_rule
-from .parity_inputs import Models, Tolerance, cotangent, grad_error, gradients, kinds_touched, max_abs, model_inputs
+from .parity_inputs import (
+    Models,
+    Tolerance,
+    cotangent,
+    grad_error,
+    gradients,
+    kinds_touched,
+    max_abs,
+    model_inputs,
+)
 
 FUSED_TEMPERATURE = 0.7  # not 1.0, so a temperature that is ignored shows
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import time
 
-from ..results import CheckResult, Status, Verdict
+from harness.results.records import CheckResult, Status, Verdict
+
 from . import CheckOptions
 from .parity_inputs import Tolerance
 
@@ -40,11 +41,10 @@ def _overrides(options: CheckOptions) -> dict:
 
 
 def _npu_op_verdicts(seed: int) -> list[Verdict]:
-    from .parity_inputs import DTYPES, optional_module
+    from trainers.patches import npu_ops  # a project module: missing is an error, never a skip
 
-    npu_ops = optional_module("trainers.patches.npu_ops")
-    if npu_ops is None or not hasattr(npu_ops, "op_parity_verdicts"):
-        return [Verdict("npu-op-parity", Status.SKIP, "trainers.patches.npu_ops is not written yet")]
+    from .parity_inputs import DTYPES
+
     return [v for dtype in TOLERANCES for v in npu_ops.op_parity_verdicts(DTYPES[dtype], seed=seed)]
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 import time
 
-from ..results import CheckResult, Status
+from harness.results.records import CheckResult, Status
+
 from . import CheckOptions
 
 NAME = "stack-smoke"

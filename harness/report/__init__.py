@@ -6,6 +6,8 @@
 `write_report(DIR)` loads them, builds one `Report` (table.py) and renders it as report.md (markdown.py),
 report.html (html.py, with plots from plot.py) and report.json. Unreadable files become problems
 listed in the report; they never stop it.
+
+May import: harness.errors, harness.results, harness.checks, harness.matrix, harness.trust.
 """
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import history
-from ..errors import InputError, ResultsError
-from ..results import CellResult, Status, load_cell, write_text_atomic
+from harness.errors import InputError, ResultsError
+from harness.results.records import CellResult, Status, load_cell, write_text_atomic
+
+from . import history
 from .gcpause import gc_paused
 from .html import to_html
 from .markdown import to_markdown
@@ -158,7 +161,7 @@ def last_known_good_lines(history: dict) -> list[str]:
 
 def compare_with(cells: list[CellResult], previous_dir: Path | str) -> tuple[list, list[str]]:
     """Changes against a previous results directory (for example a downloaded CI artifact)."""
-    from ..compare import compare
+    from harness.results.compare import compare
 
     previous, problems = load_results(previous_dir)
     if not previous:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
-from ..results import Status
+from harness.results.records import Status
+
 from .htmltext import Escaper, ascii_html, escape_html
 from .plot import PLOT_CSS, PLOT_LEGEND, convergence_svg
 from .table import ABSENT, EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, STATUS_SYMBOLS, Entry, Report, entry_extras

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from ..results import Status
+from harness.results.records import Status
+
 from .table import (
     ABSENT,
     EMULATED_MARK,

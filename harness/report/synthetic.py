@@ -9,8 +9,8 @@ import functools
 import math
 import random
 
-from ..checks import CHECKS
-from ..results import CellResult, CheckResult, Status, Verdict
+from harness.checks import CHECKS
+from harness.results.records import CellResult, CheckResult, Status, Verdict
 
 TRANSFORMERS = ["5.1.0", "5.2.0", "5.2.1", "5.3.0", "5.4.0", "5.5.0", "5.5.3", "5.6.0", "5.7.0", "5.8.0",
                 "5.8.1", "5.9.0", "5.10.0", "5.10.2", "5.11.0", "5.12.0", "5.15.0", "5.18.1", "5.20.0",

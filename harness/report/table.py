@@ -14,9 +14,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from ..checks import CHECKS
-from ..repro import command as repro_command
-from ..results import CellResult, CheckResult, Status
+from harness.checks import CHECKS
+from harness.results.records import CellResult, CheckResult, Status
+from harness.trust.repro import command as repro_command
+
 from . import plot
 from .gcpause import gc_paused
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from packaging.specifiers import SpecifierSet
 
-from harness.results import Status, Verdict
+from harness.results.records import Status, Verdict
 
 from .base import NotApplicable, Patch, TargetMissing
 from .npu_op_table import CALLS, OP_TABLE, TOLERANCES, Tolerance, fused, npu_symbol_targets, on_npu

@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from harness.results import CheckResult, Status
+from harness.results.records import CheckResult, Status
 
 
 def _parent_title() -> str:

@@ -3,8 +3,8 @@ read-only mount (a cell's container). Registered by tests/test_container.py thro
 import errno
 import os
 
-from harness.cellenv import PROJECT_ROOT
-from harness.results import CheckResult, Status
+from harness.envs.cellenv import PROJECT_ROOT
+from harness.results.records import CheckResult, Status
 
 
 def run(options):

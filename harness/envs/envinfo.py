@@ -100,7 +100,7 @@ def project_revision() -> str | None:
     """
     if os.environ.get("HARNESS_REVISION"):
         return os.environ["HARNESS_REVISION"]
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
     if not (root / ".git").exists() or not shutil.which("git"):
         return None
     try:

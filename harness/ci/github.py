@@ -10,8 +10,8 @@ import json
 import re
 from pathlib import Path
 
-from . import matrix
-from .errors import InputError
+from harness import matrix
+from harness.errors import InputError
 
 SUMMARY_LIMIT = 1024 * 1024  # GitHub refuses a step summary above 1 MiB
 _SESSION_RE = re.compile(r"^cell-(?P<matrix>[A-Za-z0-9_.\-]+)\((?P<cell>[A-Za-z0-9_.\-+]+)\)$")

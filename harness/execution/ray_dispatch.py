@@ -31,20 +31,22 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from .cellenv import PROJECT_ROOT
-from .errors import EnvironmentMissing, InputError
-from .matrix import Cell, Matrix
-from .progress import Progress
-from .results import (
+from harness.envs.cellenv import PROJECT_ROOT
+from harness.errors import EnvironmentMissing, InputError
+from harness.matrix import Cell, Matrix
+from harness.results.records import (
     CellResult,
     CheckResult,
     Status,
+    cell_path,
     combine_checks,
     kept_results,
     write_json_atomic,
     write_text_atomic,
 )
-from .run import RunOptions, cell_path, reusable, run_cell, write_run_info
+
+from .progress import Progress
+from .run import RunOptions, reusable, run_cell, write_run_info
 
 RUN_TOKEN = ".ray-run-token"
 LOG_TAIL_BYTES = 64 * 1024  # per shipped log: enough to see why, small enough for the object store

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from .axes import PACKAGE_AXES
-from .results import CellResult, Status, write_json_atomic
+from harness.matrix.axes import PACKAGE_AXES
+from harness.results.records import CellResult, Status, write_json_atomic
 
 HISTORY_VERSION = 1
 ORDER = ("transformers", "torch", "vllm", *(a for a in PACKAGE_AXES if a not in ("transformers", "torch", "vllm")))

@@ -9,7 +9,7 @@ import glob
 import shutil
 import subprocess
 
-from .errors import EnvironmentMissing
+from harness.errors import EnvironmentMissing
 
 # device -> (session that needs it, what to run instead)
 SESSIONS = {"cuda": "gpu-fsdp-qwen35 / gpu-megatron-qwen35", "npu": "npu-matrix"}

@@ -17,9 +17,9 @@ import time
 import traceback
 from pathlib import Path
 
-from . import checks
-from .cellenv import tail
-from .results import CheckResult, Status
+from harness import checks
+from harness.envs.cellenv import tail
+from harness.results.records import CheckResult, Status
 
 UNAVAILABLE = "Qwen35Unavailable"
 

@@ -14,22 +14,26 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainers import determinism
-
-from . import cellenv, checks, container, runner
-from .matrix import Cell, Matrix
-from .progress import Progress
-from .results import (
+from harness import checks
+from harness.envs import cellenv, container
+from harness.matrix import Cell, Matrix
+from harness.results.records import (
     CellResult,
     CheckResult,
     Status,
+    cell_path,
     classify,
     combine_checks,
     kept_results,
     load_cell,
+    now,
     write_json_atomic,
     write_text_atomic,
 )
+from trainers import determinism
+
+from . import runner
+from .progress import Progress
 
 # uv's words when the pins cannot be installed together: a finding about the stack, not infra.
 UNRESOLVABLE = ("No solution found", "unsatisfiable")
@@ -48,14 +52,6 @@ class RunOptions:
     retries: int = 2  # extra tries for infra failures (setup) and crashes; each try's reason is kept
     progress: Progress | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
-
-
-def cell_path(out_dir: Path, cell_id: str) -> Path:
-    return out_dir / "cells" / f"{cell_id}.json"
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
@@ -117,13 +113,13 @@ def _check_args(cell: Cell, opts: RunOptions) -> list[str]:
 
 def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult | None = None) -> CellResult:
     """Run the cell's checks; those `earlier` already holds are kept, not run again."""
-    if container.wanted(cell):  # a cell with an image runs inside it (harness/container.py)
+    if container.wanted(cell):  # a cell with an image runs inside it (harness/envs/container.py)
         return container.run_cell(cell, matrix, opts, earlier)
     wanted = opts.checks or cell.checks
     kept = kept_results(earlier, wanted, opts.redo)  # the cell's other results stay
     rel = Path("cells") / cell.id
     cell_dir = opts.out_dir / rel
-    started, start = _now(), time.perf_counter()
+    started, start = now(), time.perf_counter()
     result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags), started=started,
                         setup_log=str(rel / "logs" / "setup.log"))
     setup_log = opts.out_dir / result.setup_log
@@ -149,7 +145,7 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
         result.lock = str(rel / "lock.txt")
         result.environment = _capture(env, opts)
         result.checks = combine_checks(wanted, kept, lambda name: _one_check(name, cell, matrix, env, opts, rel))
-    result.finished, result.duration = _now(), round(time.perf_counter() - start, 3)
+    result.finished, result.duration = now(), round(time.perf_counter() - start, 3)
     write_json_atomic(cell_path(opts.out_dir, cell.id), result.to_dict())
     return result
 

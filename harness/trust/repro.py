@@ -6,9 +6,10 @@ import re
 import shlex
 from pathlib import Path
 
-from . import cellenv, runner
-from .errors import InputError
-from .results import CheckResult, load_cell
+from harness.envs import cellenv
+from harness.errors import InputError
+from harness.execution import runner
+from harness.results.records import CheckResult, load_cell
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_.+\-/=:]+$")
 

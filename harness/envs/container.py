@@ -4,7 +4,7 @@ Nothing is built on the host. The container gets the repository read-only at /ha
 through PYTHONPATH), the results directory writable at /harness/out, a writable env directory under the
 env root at /harness/envs (bootstrap venv, cell venv and uv cache: a second run reuses them), this
 machine's pip find-links, constraint files and CA bundle read-only, and the cell's devices (never
-privileged). Inside, `harness.incontainer` runs `harness run` for that one cell, which writes the cell
+privileged). Inside, `harness.envs.incontainer` runs `harness run` for that one cell, which writes the cell
 file as on the host; the image name, id and digests reach its environment capture.
 """
 from __future__ import annotations
@@ -18,13 +18,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import checks
+from harness.errors import EnvironmentMissing
+from harness.results import records
+from harness.results.records import CellResult, CheckResult, Status, combine_checks, kept_results, load_cell
 from trainers import determinism
 
-from . import checks, pipconfig
+from . import pipconfig
 from .cellenv import PROJECT_ROOT, tail
 from .envinfo import project_revision
-from .errors import EnvironmentMissing
-from .results import CellResult, CheckResult, Status, combine_checks, kept_results, load_cell, write_json_atomic
 
 # Paths inside the container.
 SRC, OUT, ENVS, MATRIX_DIR = "/harness/src", "/harness/out", "/harness/envs", "/harness/matrix"
@@ -171,7 +173,7 @@ def run_args(cell, matrix, opts, image: Image, environ: dict[str, str] | None = 
                 mounts.append(Mount(path, str(root / path.lstrip("/")), type="bind", read_only=True))
 
     tag = hashlib.sha256(str(out).encode()).hexdigest()[:8]
-    command = ["python3", "-m", "harness.incontainer", f"{ENVS}/bootstrap/{cell.id}",
+    command = ["python3", "-m", "harness.envs.incontainer", f"{ENVS}/bootstrap/{cell.id}",
                "run", f"{MATRIX_DIR}/{matrix.path.name}", "--cells", cell.id, "--out", OUT,
                "--env-root", f"{ENVS}/cells", "--no-report", "--no-index-check", "--jobs", "1",
                "--retries", str(opts.retries), "--seed", str(opts.seed)]
@@ -247,11 +249,10 @@ def run_cell(cell, matrix, opts, earlier: CellResult | None = None) -> CellResul
     docker = sdk()
     import requests
 
-    from .run import _now, cell_path  # run imports this module: import back lazily
 
-    path, rel_log = cell_path(opts.out_dir, cell.id), f"cells/{cell.id}/logs/setup.log"
+    path, rel_log = records.cell_path(opts.out_dir, cell.id), f"cells/{cell.id}/logs/setup.log"
     before = path.stat().st_mtime_ns if path.exists() else None
-    started, start = _now(), time.perf_counter()
+    started, start = records.now(), time.perf_counter()
     image, code, output, reason = None, None, "", ""
     Path(opts.out_dir, rel_log).parent.mkdir(parents=True, exist_ok=True)
     (Path(opts.env_root) / "containers").mkdir(parents=True, exist_ok=True)
@@ -286,7 +287,7 @@ def run_cell(cell, matrix, opts, earlier: CellResult | None = None) -> CellResul
     wanted = opts.checks or cell.checks
     result.checks = combine_checks(wanted, kept_results(earlier, wanted, opts.redo), lambda name: CheckResult(
         name, Status.ERROR, f"container: {reason}", log=rel_log, failure_class="infra"))
-    result.finished = _now()
+    result.finished = records.now()
     result.duration = round(time.perf_counter() - start, 3)
-    write_json_atomic(path, result.to_dict())
+    records.write_json_atomic(path, result.to_dict())
     return result

@@ -1,12 +1,12 @@
 """Benchmark: GRPO time to the reward threshold, ours against TRL's GRPOTrainer, side by side.
 
-    python -m harness.bench_grpo --out FILE [--seeds 0 1 2] [--steps 25] [--cap 300]
+    python -m harness.benchmarks.grpo --out FILE [--seeds 0 1 2] [--steps 25] [--cap 300]
 
 Both sides train the same tiny Qwen3.5 text model (same seeded weights) on the convergence
 reference's toy task and settings (group size, prompts per step and the prompts themselves, max
 new tokens, temperature, learning rate, AdamW, clip range, no KL; trainers/references/
 grpo_fsdp_text.json) on ONE CPU thread. Ours is the FSDP trainer as `python -m trainers.fsdp` runs
-it (one process); TRL runs harness/bench_trl.py in an environment of its own, built here with uv
+it (one process); TRL runs harness/benchmarks/trl.py in an environment of its own, built here with uv
 (TRL is not a project dependency) with this environment's torch, transformers and tensordict.
 Each side is its own subprocess, so its peak RSS is its own (`os.wait4`); it is killed at the cap.
 
@@ -33,9 +33,9 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from harness import cellenv
 from harness.checks.grpo_convergence import reference_path
-from harness.results import write_json_atomic
+from harness.envs import cellenv
+from harness.results.records import write_json_atomic
 
 # The newest TRL at the time of writing; its metadata asks only transformers>=4.56.2, so it installs
 # with the transformers 5.x releases that have Qwen3.5.
@@ -128,7 +128,7 @@ def run_side(side: str, python: str, env: dict[str, str], work: Path, settings: 
     stem = work / f"{side}-seed{settings['seed']}"
     settings_file, metrics, log = (Path(f"{stem}{suffix}") for suffix in (".settings.json", ".jsonl", ".log"))
     settings_file.write_text(json.dumps(settings), encoding="utf-8")
-    worker = ["harness.bench_trl"] if side == "trl" else ["harness.bench_grpo", "--worker"]
+    worker = ["harness.benchmarks.trl"] if side == "trl" else ["harness.benchmarks.grpo", "--worker"]
     run = run_capped([python, "-m", *worker, "--settings", str(settings_file), "--metrics", str(metrics)],
                      env, log, cap)
     records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] \
@@ -213,7 +213,7 @@ def benchmark(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench_grpo", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.benchmarks.grpo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--steps", type=int, default=25, help="steps per side (the reference reaches 0.6 by ~14)")

@@ -6,6 +6,7 @@ directory are their `to_dict()` form, tagged with `SCHEMA_VERSION`.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import json
 import os
@@ -15,6 +16,16 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
+
+
+def cell_path(out_dir: Path, cell_id: str) -> Path:
+    """Where a cell's result file lives under a report directory."""
+    return out_dir / "cells" / f"{cell_id}.json"
+
+
+def now() -> str:
+    """A result's timestamp: UTC, to the second."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 class Status(str, enum.Enum):  # noqa: UP042 - StrEnum would change str(Status.X), which messages use

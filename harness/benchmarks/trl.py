@@ -1,9 +1,9 @@
-"""TRL's GRPOTrainer on the project's tiny Qwen3.5 model and toy task, for harness.bench_grpo.
+"""TRL's GRPOTrainer on the project's tiny Qwen3.5 model and toy task, for harness.benchmarks.grpo.
 
 Runs inside an environment that has TRL (bench_grpo builds it; TRL is not a project dependency)
 with the project on PYTHONPATH:
 
-    python -m harness.bench_trl --settings SETTINGS.json --metrics STEPS.jsonl
+    python -m harness.benchmarks.trl --settings SETTINGS.json --metrics STEPS.jsonl
 
 The settings are the convergence reference's trainer options (the same ones our trainer gets).
 Everything TRL lets us match is matched: the model and its seeded weights, the prompts of every
@@ -79,10 +79,11 @@ def run(settings: dict, metrics: Path, work: Path) -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from harness.bench_grpo import StepClock
     from trainers.device import set_cpu_threads
     from trainers.models import build_model
     from trainers.tasks import make_task
+
+    from .grpo import StepClock
 
     set_cpu_threads()
     s = settings
@@ -115,7 +116,7 @@ def run(settings: dict, metrics: Path, work: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench_trl", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness.benchmarks.trl", description=__doc__)
     parser.add_argument("--settings", type=Path, required=True)
     parser.add_argument("--metrics", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -22,8 +22,8 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from . import pipconfig
-from .errors import EnvironmentMissing, InputError
+from harness.envs import pipconfig
+from harness.errors import EnvironmentMissing, InputError
 
 
 class _Links(HTMLParser):

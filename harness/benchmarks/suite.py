@@ -3,7 +3,7 @@
 Measures, on the smoke cell's pins: cell-environment creation with uv cold (empty cache), with a
 warm cache, and reused (warm environment), against a plain `python -m venv` + pip environment;
 the extra disk an extra cell costs; rendering the report of 10,000 synthetic cells; each check's
-wall time in one cell; and, with --grpo, GRPO time-to-threshold against TRL (harness.bench_grpo).
+wall time in one cell; and, with --grpo, GRPO time-to-threshold against TRL (harness.benchmarks.grpo).
 """
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import cellenv, envinfo, matrix, pipconfig
-from .results import write_json_atomic
+from harness import matrix
+from harness.envs import cellenv, envinfo, pipconfig
+from harness.results.records import write_json_atomic
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 
 
 def _timed(argv: list[str], env: dict[str, str] | None = None) -> float:
@@ -73,8 +74,8 @@ def bench_environments(pins: list[str], work: Path) -> dict:
 
 
 def bench_report(cells: int) -> dict:
-    from .report import build_report, to_html, to_json, to_markdown
-    from .report.synthetic import synthetic_cells
+    from harness.report import build_report, to_html, to_json, to_markdown
+    from harness.report.synthetic import synthetic_cells
 
     data = synthetic_cells(cells, seed=0)
     start, cpu = time.perf_counter(), time.process_time()
@@ -112,7 +113,7 @@ def bench_checks(names: list[str], work: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench/figures.json"))
     parser.add_argument("--only", nargs="+", choices=("envs", "report", "checks", "grpo"),
                         default=["envs", "report", "checks"])
@@ -131,12 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         if "report" in args.only:
             figures["report"] = bench_report(args.cells)
         if "checks" in args.only:
-            from .checks import CHECKS
+            from harness.checks import CHECKS
 
             figures["checks_per_cell"] = bench_checks([n for n in CHECKS if n != "stack-smoke"], work)
         if args.grpo or "grpo" in args.only:
             out = work / "grpo.json"
-            subprocess.run([sys.executable, "-m", "harness.bench_grpo", "--out", str(out)], check=False)
+            subprocess.run([sys.executable, "-m", "harness.benchmarks.grpo", "--out", str(out)], check=False)
             figures["grpo_vs_trl"] = json.loads(out.read_text()) if out.exists() else {"error": "no figures"}
         shutil.rmtree(work / "uv-cache-cold", ignore_errors=True)
     write_json_atomic(args.out, figures)

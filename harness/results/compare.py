@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .results import CellResult, Status
+from .records import CellResult, Status
 
 NEW, FIXED, STILL, UNCHANGED = "new failure", "fixed", "still failing", "unchanged"
 ORDER = {NEW: 0, STILL: 1, FIXED: 2, UNCHANGED: 3}

@@ -1,6 +1,6 @@
 """Inside a cell's container: give the harness its own dependencies, then run that one cell.
 
-Started by `harness.container` as `python3 -m harness.incontainer BOOTSTRAP_VENV run MATRIX ...` with the
+Started by `harness.envs.container` as `python3 -m harness.envs.incontainer BOOTSTRAP_VENV run MATRIX ...` with the
 image's own Python and the standard library only. The repository is mounted read-only, so nothing is
 installed into it: the harness's dependencies from pyproject.toml (packaging, tabulate, uv) go into a
 venv in the writable env mount, made once and reused while the image's Python and the list are the same.
@@ -15,7 +15,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 NOT_INSIDE = {"docker"}  # the run inside the container starts no containers
 MARKER = ".harness-bootstrap.json"
 
@@ -45,7 +45,7 @@ def bootstrap(venv: Path) -> Path:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
-        print("usage: python3 -m harness.incontainer BOOTSTRAP_VENV HARNESS_ARGS...", file=sys.stderr)
+        print("usage: python3 -m harness.envs.incontainer BOOTSTRAP_VENV HARNESS_ARGS...", file=sys.stderr)
         return 2
     try:
         python = bootstrap(Path(argv[0]))

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import axes as ax
-from .errors import InputError
-from .index import PackageIndex
-from .matrix import Cell, Matrix
-from .results import CellResult
+from harness.errors import InputError
+from harness.matrix import Cell, Matrix
+from harness.matrix import axes as ax
+from harness.matrix.index import PackageIndex
+from harness.results.records import CellResult
 
 
 def package_axis(package: str) -> str:

@@ -16,10 +16,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import pipconfig
-from .errors import EnvironmentMissing
+from harness.errors import EnvironmentMissing
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from . import pipconfig
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 HARNESS_NEEDS = ("packaging",)
 MARKER = ".harness-env.json"
 

@@ -16,9 +16,10 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from harness.checks import CHECKS
+from harness.errors import InputError
+
 from . import axes as ax
-from .checks import CHECKS
-from .errors import InputError
 from .rules import KnownFailure, Note, RuleError, Selector, TagRule
 
 PYTHON_RE = re.compile(r"^3\.\d{1,2}(\.\d{1,3})?$")  # what uv's --python gets: a version, never an option
