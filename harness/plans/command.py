@@ -1,0 +1,42 @@
+"""`python -m harness plan FILE...`: print a verdict per launch plan, one line per reason.
+
+Exit status: 0 when every plan would start, 1 when one would not (or is unchecked somewhere),
+2 for a plan file that is not valid (InputError). `--json` prints the verdicts as JSON.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..errors import InputError
+
+
+def add_parser(sub) -> None:
+    plan = sub.add_parser("plan", help="check launch plans (plans/*.toml) against this environment's versions")
+    plan.add_argument("files", type=Path, nargs="+", metavar="FILE")
+    plan.add_argument("--json", action="store_true")
+
+
+def cmd_plan(args) -> int:
+    from .plan_format import load_plan
+
+    plans = [load_plan(path) for path in args.files]  # every file validated before any is evaluated
+    names = [p.path.resolve() for p in plans]
+    if len(set(names)) != len(names):
+        raise InputError("plan: the same file is named twice")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    from .verdict import START, evaluate
+
+    verdicts = [evaluate(plan) for plan in plans]
+    if args.json:
+        print(json.dumps([v.to_dict() for v in verdicts], indent=1))
+    else:
+        for verdict in verdicts:
+            print("\n".join(verdict.lines()))
+    sys.stdout.flush()
+    return 0 if all(v.verdict == START for v in verdicts) else 1

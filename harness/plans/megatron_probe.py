@@ -1,0 +1,190 @@
+"""Ask the installed megatron-core whether it would start a plan: its own config checks and layouts.
+
+Every answer comes from megatron-core's code in this environment: `TransformerConfig` with the
+plan's sizes (its ValueErrors and assertions), `initialize_model_parallel` under torch's fake
+process group of the plan's world size, `get_num_layers_to_build` per pipeline stage, the expert
+divisibility assertion of `MoELayer`, and the Gated DeltaNet layer's own answer to packed input.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import importlib.util
+import inspect
+import warnings
+from types import SimpleNamespace
+
+from .plan_format import Plan
+
+# plan field -> TransformerConfig keyword; each is probed alone (the others at 1) to name the culprit
+PARALLEL_FIELDS = {
+    "parallel.tp": "tensor_model_parallel_size",
+    "parallel.pp": "pipeline_model_parallel_size",
+    "parallel.cp": "context_parallel_size",
+    "parallel.ep": "expert_model_parallel_size",
+    "parallel.etp": "expert_tensor_parallel_size",
+}
+
+
+def version() -> str | None:
+    """megatron-core's version here, or None when it is not installed."""
+    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+        return None
+    try:
+        return importlib.metadata.version("megatron-core")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _config_kwargs(plan: Plan, **parallel) -> dict:
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    m = plan.model
+    fields = {f.name for f in __import__("dataclasses").fields(TransformerConfig)}
+    kw = dict(num_layers=m.get("num_hidden_layers"), hidden_size=m.get("hidden_size"),
+              num_attention_heads=m.get("num_attention_heads"), num_query_groups=m.get("num_key_value_heads"),
+              kv_channels=m.get("head_dim") or m.get("hidden_size") // m.get("num_attention_heads"),
+              ffn_hidden_size=m.get("intermediate_size") or m.get("moe_intermediate_size"),
+              add_bias_linear=False,  # Qwen's linear layers have no bias
+              use_cpu_initialization=True, bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16)
+    if m.experts:
+        kw.update(num_moe_experts=m.experts, moe_ffn_hidden_size=m.get("moe_intermediate_size"),
+                  moe_router_topk=m.get("num_experts_per_tok"))
+        if m.get("shared_expert_intermediate_size"):
+            kw["moe_shared_expert_intermediate_size"] = m.get("shared_expert_intermediate_size")
+    if m.has_gdn and "experimental_attention_variant" in fields:
+        kw.update(experimental_attention_variant="gated_delta_net",
+                  linear_attention_freq=m.get("full_attention_interval") or 4,
+                  linear_conv_kernel_dim=m.get("linear_conv_kernel_dim"),
+                  linear_key_head_dim=m.get("linear_key_head_dim"),
+                  linear_value_head_dim=m.get("linear_value_head_dim"),
+                  linear_num_key_heads=m.get("linear_num_key_heads"),
+                  linear_num_value_heads=m.get("linear_num_value_heads"))
+    if plan.first_stage_layers:
+        kw["num_layers_in_first_pipeline_stage"] = plan.first_stage_layers
+    if plan.last_stage_layers:
+        kw["num_layers_in_last_pipeline_stage"] = plan.last_stage_layers
+    kw.update(parallel)
+    return kw
+
+
+def build_config(plan: Plan, **parallel):
+    """megatron-core's TransformerConfig for the plan (parallel sizes overridable); raises what it raises."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return TransformerConfig(**_config_kwargs(plan, **parallel))
+
+
+def gdn_variant_known() -> bool:
+    """Whether this megatron-core's TransformerConfig has the Gated DeltaNet variant at all."""
+    import dataclasses
+
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    return "experimental_attention_variant" in {f.name for f in dataclasses.fields(TransformerConfig)}
+
+
+def config_rejections(plan: Plan) -> dict[str, str]:
+    """plan field -> megatron-core's rejection, probing each parallel size alone, then all together."""
+    sizes = {"parallel.tp": plan.tp, "parallel.pp": plan.pp, "parallel.cp": plan.cp, "parallel.ep": plan.ep,
+             "parallel.etp": plan.etp}
+    found = {}
+    ones = dict.fromkeys(PARALLEL_FIELDS.values(), 1)  # etp unset would follow tp: pin every size
+    for field, keyword in PARALLEL_FIELDS.items():
+        try:
+            build_config(plan, **{**ones, keyword: sizes[field]})
+        except (ValueError, AssertionError, TypeError) as exc:
+            found[field] = f"{type(exc).__name__}: {exc}"
+    if not found:
+        try:
+            build_config(plan, **{kw: sizes[f] for f, kw in PARALLEL_FIELDS.items()})
+        except (ValueError, AssertionError, TypeError) as exc:
+            found["parallel"] = f"{type(exc).__name__}: {exc}"
+    return found
+
+
+def layers_per_stage(plan: Plan) -> list[int]:
+    """Decoder layers each pipeline stage builds, from megatron-core's get_num_layers_to_build."""
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    sizes = {**dict.fromkeys(PARALLEL_FIELDS.values(), 1), "pipeline_model_parallel_size": plan.pp}
+    config = build_config(plan, **sizes)
+    return [get_num_layers_to_build(config, pp_rank=rank) for rank in range(plan.pp)]
+
+
+@contextlib.contextmanager
+def fake_world(world_size: int):
+    """torch's fake process group of `world_size` ranks (this process is rank 0): nothing is sent."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise RuntimeError("a process group is already initialized; plans need their own fake one")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def world_layout(plan: Plan) -> dict[str, int]:
+    """Run megatron-core's initialize_model_parallel for the plan on a fake world; its group sizes."""
+    from megatron.core import parallel_state as ps
+
+    kwargs = dict(tensor_model_parallel_size=plan.tp, pipeline_model_parallel_size=plan.pp,
+                  context_parallel_size=plan.cp, expert_model_parallel_size=plan.ep,
+                  expert_tensor_parallel_size=plan.etp)
+    if "create_gloo_process_groups" in inspect.signature(ps.initialize_model_parallel).parameters:
+        kwargs["create_gloo_process_groups"] = False  # the fake backend has no gloo twin
+    with fake_world(plan.world_size):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ps.initialize_model_parallel(**kwargs)
+            return {"dp": ps.get_data_parallel_world_size(),
+                    "expert_dp": ps.get_expert_data_parallel_world_size()}
+        finally:
+            ps.destroy_model_parallel()
+
+
+def expert_rule_source() -> str | None:
+    """The expert-divisibility assertion as written in this megatron-core's moe_layer module, if present."""
+    from megatron.core.transformer.moe import moe_layer
+
+    for line in inspect.getsource(moe_layer).splitlines():
+        if "num_moe_experts %" in line and "assert" in line:
+            return line.strip()
+    return None
+
+
+def gdn_refuses_packed() -> tuple[bool | None, str]:
+    """Does this megatron-core's GatedDeltaNet refuse packed (THD) input? Asked of the layer itself.
+
+    Its forward is called with packed-sequence parameters on a stand-in module: 0.16/0.17 raise
+    NotImplementedError("... packed sequence ...") before touching any weight; a version that
+    accepts THD goes on into the computation, where the stand-in fails differently.
+    """
+    try:
+        from megatron.core.ssm.gated_delta_net import GatedDeltaNet
+    except ImportError as exc:  # no GDN layer in this release
+        return None, f"megatron-core has no GatedDeltaNet ({exc})"
+    import torch
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    stand_in = SimpleNamespace(sp_size=1, config=SimpleNamespace(sequence_parallel=False))
+    packed = PackedSeqParams(qkv_format="thd", cu_seqlens_q=torch.tensor([0, 2, 4], dtype=torch.int32),
+                             cu_seqlens_kv=torch.tensor([0, 2, 4], dtype=torch.int32), max_seqlen_q=2,
+                             max_seqlen_kv=2)
+    try:
+        GatedDeltaNet.forward(stand_in, torch.zeros(4, 1, 8), None, packed_seq_params=packed)
+    except NotImplementedError as exc:
+        if "packed" in str(exc).lower():
+            return True, f"GatedDeltaNet.forward raises NotImplementedError: {exc}"
+        return False, f"GatedDeltaNet.forward went past the packed-sequence guard ({exc})"
+    except Exception as exc:  # noqa: BLE001 - any other failure happened past the packed-input guard
+        return False, ("GatedDeltaNet.forward accepts packed input (stopped later, on the stand-in: "
+                       f"{type(exc).__name__})")
+    return False, "GatedDeltaNet.forward accepts packed input"

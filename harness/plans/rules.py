@@ -1,0 +1,213 @@
+"""The start-up rules of a launch plan: one `Finding` per rule, each naming the plan field it is about.
+
+Megatron rules are asked of the installed megatron-core (`megatron_probe`); where it is not
+installed the same divisibility rules are checked as arithmetic and the rest is reported as
+`unchecked`, never as passed. The rollout rule is vLLM's own (read from its code when vLLM is
+installed, otherwise stated with its source).
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from dataclasses import dataclass
+
+from . import megatron_probe
+from .plan_format import Plan
+
+OK, FAIL, UNCHECKED = "ok", "fail", "unchecked"
+
+
+@dataclass(frozen=True)
+class Finding:
+    field: str      # the plan field the rule is about, e.g. "parallel.tp"
+    status: str     # ok | fail | unchecked
+    message: str    # one line
+    source: str = ""  # where the rule came from (which code, which version)
+
+    def line(self) -> str:
+        tail = f" [{self.source}]" if self.source else ""
+        return f"{self.status:9} {self.field}: {self.message}{tail}"
+
+
+def _divides(field: str, size: int, things: dict[str, int], source: str) -> list[Finding]:
+    out = []
+    for name, count in things.items():
+        if count and count % size:
+            out.append(Finding(field, FAIL, f"{size} does not divide {name} ({count})", source))
+    if not out:
+        listed = ", ".join(f"{n} {c}" for n, c in things.items() if c)
+        out.append(Finding(field, OK, f"{size} divides {listed}", source))
+    return out
+
+
+def world_rules(plan: Plan) -> list[Finding]:
+    """Arithmetic of the device counts (megatron-core checks its own layout again in megatron_rules)."""
+    out = []
+    model_size = plan.tp * plan.pp * plan.cp
+    if plan.backend == "megatron":
+        if plan.world_size % model_size:
+            out.append(Finding("cluster", FAIL, f"world size {plan.world_size} ({plan.nodes}x{plan.devices_per_node}) "
+                               f"is not a multiple of tp*pp*cp = {model_size}"))
+        else:
+            out.append(Finding("cluster", OK, f"world size {plan.world_size}: data-parallel size "
+                               f"{plan.world_size // model_size}"))
+    elif model_size * plan.ep * plan.etp != 1:
+        out.append(Finding("parallel", FAIL, "an fsdp plan shards over data parallel only; tp/pp/cp/ep/etp must be 1"))
+    else:
+        out.append(Finding("cluster", OK, f"FSDP2 shards over all {plan.world_size} devices"))
+    return out
+
+
+def rollout_rules(plan: Plan) -> list[Finding]:
+    """vLLM's tensor-parallel rule for this model: heads, KV heads and GDN heads split evenly."""
+    m, tp = plan.model, plan.rollout_tp
+    if plan.rollout_engine == "none":
+        return []
+    source = _vllm_rule_source()
+    things = {"attention heads": m.get("num_attention_heads")}
+    if m.has_gdn:
+        things.update({"GDN key heads": m.get("linear_num_key_heads"),
+                       "GDN value heads": m.get("linear_num_value_heads")})
+    out = _divides("rollout.tp", tp, things, source)
+    kv = m.get("num_key_value_heads")
+    if kv % tp and tp % kv:  # vLLM replicates KV heads when TP exceeds them, if evenly
+        out.append(Finding("rollout.tp", FAIL, f"{tp} is neither a multiple nor a divisor of KV heads ({kv})", source))
+    if plan.rollout_world_size % tp:
+        out.append(Finding("rollout.tp", FAIL, f"{tp} does not divide the rollout devices ({plan.rollout_world_size})"))
+    return out
+
+
+def _vllm_rule_source() -> str:
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM not installed here: rule of vLLM's ModelConfig.verify_with_parallel_config and its GDN layer"
+    try:
+        from vllm.config import ModelConfig
+
+        text = inspect.getsource(ModelConfig.verify_with_parallel_config)
+    except Exception as exc:  # noqa: BLE001 - vLLM's import can fail in many ways on a CPU box
+        return f"vLLM installed but unreadable ({type(exc).__name__}); rule as in its ModelConfig"
+    if "total_num_attention_heads % tensor_parallel_size" in text:
+        return "read from the installed vLLM's ModelConfig.verify_with_parallel_config"
+    return "the installed vLLM's ModelConfig no longer states the heads rule as expected; rule as in earlier vLLM"
+
+
+def megatron_rules(plan: Plan) -> list[Finding]:
+    if plan.backend != "megatron":
+        return []
+    version = megatron_probe.version()
+    if version is None:
+        return _megatron_arithmetic(plan) + [
+            Finding("parallel", UNCHECKED, "megatron-core not installed: TransformerConfig, world layout and "
+                    "pipeline split not checked by megatron-core itself"),
+            Finding("parallel.cp", UNCHECKED,
+                    "megatron-core not installed: context parallel with Gated DeltaNet not checked"),
+            Finding("batch.remove_padding", UNCHECKED,
+                    "megatron-core not installed: packed sequences with Gated DeltaNet not checked"),
+        ]
+    src = f"megatron-core {version}"
+    out: list[Finding] = []
+    if plan.model.has_gdn and not megatron_probe.gdn_variant_known():
+        out.append(Finding("plan.model", FAIL, "this megatron-core has no Gated DeltaNet variant "
+                           "(TransformerConfig.experimental_attention_variant)", src))
+    rejected = megatron_probe.config_rejections(plan)
+    for field in (*megatron_probe.PARALLEL_FIELDS, "parallel"):
+        if field in rejected:
+            out.append(Finding(field, FAIL, f"TransformerConfig rejects it: {rejected[field]}", src))
+    if not rejected:
+        out.append(Finding("parallel", OK, f"TransformerConfig accepts tp={plan.tp} pp={plan.pp} cp={plan.cp} "
+                           f"ep={plan.ep} etp={plan.etp}", src))
+        out += _pipeline(plan, src)
+    out += _experts(plan, src)
+    out += _layout(plan, src)
+    out += _packed(plan, src)
+    return out
+
+
+def _pipeline(plan: Plan, src: str) -> list[Finding]:
+    try:
+        stages = megatron_probe.layers_per_stage(plan)
+    except (AssertionError, ValueError) as exc:
+        return [Finding("parallel.pp", FAIL, f"get_num_layers_to_build: {exc or type(exc).__name__}; set "
+                        "parallel.first_stage_layers / last_stage_layers for an uneven split", src)]
+    if sum(stages) != plan.model.get("num_hidden_layers"):
+        return [Finding("parallel.pp", FAIL, f"stages build {stages} layers, {sum(stages)} of "
+                        f"{plan.model.get('num_hidden_layers')}", src)]
+    return [Finding("parallel.pp", OK, f"layers per stage {stages}", src)]
+
+
+def _experts(plan: Plan, src: str) -> list[Finding]:
+    m = plan.model
+    if not m.experts:
+        if plan.ep * plan.etp != 1:
+            return [Finding("parallel.ep", FAIL, f"{m.name} has no experts; ep and etp must be 1")]
+        return []
+    rule = megatron_probe.expert_rule_source()
+    out = []
+    if rule is None:
+        out.append(Finding("parallel.ep", UNCHECKED, "MoELayer states no expert-divisibility assertion here; "
+                           "checked as arithmetic", src))
+    out += _divides("parallel.ep", plan.ep, {"experts": m.experts}, f"{src} MoELayer: {rule}" if rule else "arithmetic")
+    out += _divides("parallel.etp", plan.etp, {"expert FFN width": m.get("moe_intermediate_size")},
+                    "expert tensor parallel splits each expert's FFN columns")
+    return out
+
+
+def _layout(plan: Plan, src: str) -> list[Finding]:
+    try:
+        groups = megatron_probe.world_layout(plan)
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        return [Finding("cluster", FAIL, f"initialize_model_parallel on {plan.world_size} ranks: {exc}", src)]
+    return [Finding("cluster", OK, f"initialize_model_parallel on {plan.world_size} ranks: data parallel "
+                    f"{groups['dp']}, expert data parallel {groups['expert_dp']}", src)]
+
+
+def _packed(plan: Plan, src: str) -> list[Finding]:
+    if not plan.model.has_gdn:
+        return [Finding("batch.remove_padding", OK, f"{plan.model.name} has no Gated DeltaNet layers")]
+    refuses, evidence = megatron_probe.gdn_refuses_packed()
+    out = []
+    if plan.remove_padding and refuses:
+        out.append(Finding("batch.remove_padding", FAIL, f"true, but this megatron-core's GDN refuses packed "
+                           f"(THD) input: {evidence}", src))
+    elif plan.remove_padding and refuses is None:
+        out.append(Finding("batch.remove_padding", UNCHECKED, evidence, src))
+    elif plan.remove_padding:
+        out.append(Finding("batch.remove_padding", OK, f"true; {evidence}", src))
+    else:
+        note = "required here" if refuses else "a newer megatron-core would accept true"
+        out.append(Finding("batch.remove_padding", OK, f"false: padded (BSHD) batches ({note})", src))
+    if plan.dynamic_bsz and not plan.remove_padding:
+        out.append(Finding("batch.dynamic_bsz", FAIL, "true needs remove_padding (token-packed micro-batches); "
+                           "verl requires dynamic_bsz=false with padded batches"))
+    return out
+
+
+def _megatron_arithmetic(plan: Plan) -> list[Finding]:
+    """Without megatron-core: the divisibility rules its TransformerConfig would apply, as plain arithmetic."""
+    m, src = plan.model, "arithmetic (megatron-core not installed)"
+    out = _divides("parallel.tp", plan.tp, {"attention heads": m.get("num_attention_heads"),
+                                            "KV groups": m.get("num_key_value_heads"),
+                                            "GDN key heads": m.get("linear_num_key_heads") if m.has_gdn else 0,
+                                            "GDN value heads": m.get("linear_num_value_heads") if m.has_gdn else 0},
+                   src)
+    if not (plan.first_stage_layers or plan.last_stage_layers):
+        out += _divides("parallel.pp", plan.pp, {"layers": m.get("num_hidden_layers")}, src)
+    if m.experts:
+        out += _divides("parallel.ep", plan.ep, {"experts": m.experts}, src)
+    return out
+
+
+def fsdp_rules(plan: Plan) -> list[Finding]:
+    if plan.backend != "fsdp" or not plan.model.has_gdn or not plan.remove_padding:
+        return []
+    if importlib.util.find_spec("fla") is not None:
+        return [Finding("batch.remove_padding", OK, "flash-linear-attention is installed: transformers' GDN keeps "
+                        "packed sequences apart")]
+    return [Finding("batch.remove_padding", UNCHECKED,
+                    "true needs flash-linear-attention on the cluster (transformers' "
+                    "torch fallback ignores or refuses packed GDN input); not installed here")]
+
+
+def check(plan: Plan) -> list[Finding]:
+    """Every start-up rule for the plan, in a fixed order."""
+    return world_rules(plan) + megatron_rules(plan) + fsdp_rules(plan) + rollout_rules(plan)
