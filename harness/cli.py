@@ -1,4 +1,4 @@
-"""`python -m harness`: matrix list, run, check, report (and envinfo, used inside cells).
+"""`python -m harness`: matrix list, run, check, report, plan (and envinfo, used inside cells).
 
 Each command is a short pipeline of the steps in the other modules: load the matrix, select
 cells, validate releases, run, render. User errors print one line and exit with their own status
@@ -18,6 +18,7 @@ from harness.envs import devices
 from harness.errors import HarnessError, InputError, NewFailures
 from harness.execution import runner
 from harness.matrix import index
+from harness.plans import command as plan_command
 from harness.results.records import write_json_atomic
 
 
@@ -105,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     sm = gha.add_parser("summary", help="print a report's Markdown cut below GitHub's 1 MiB summary limit")
     sm.add_argument("markdown", type=Path)
     sm.add_argument("--link", required=True, help="where the full report is published")
+    plan_command.add_parser(sub)
     return top
 
 
@@ -292,7 +294,7 @@ def cmd_ci(args) -> int:
 
 
 COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo,
-            "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect}
+            "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect, "plan": plan_command.cmd_plan}
 
 
 def _interrupt_on_sigterm() -> None:

@@ -3,7 +3,7 @@
 Check modules are imported only when they run, inside the cell's own environment, so the
 harness itself never needs torch or transformers.
 
-May import: harness.errors, harness.results (and, inside a cell's environment, trainers).
+May import: harness.errors, harness.results, harness.plans (and, inside a cell's environment, trainers).
 """
 from __future__ import annotations
 
@@ -41,6 +41,9 @@ CHECKS: dict[str, CheckSpec] = {
                   ("megatron",)),
         CheckSpec("grpo-convergence", "harness.checks.grpo_convergence",
                   "a short GRPO run raises the reward and follows the reference curve", timeout=900),
+        CheckSpec("launch-plans", "harness.checks.launch_plans",
+                  "the shipped launch plans (plans/*.toml) checked against this cell's megatron-core, "
+                  "transformers and vLLM rules, with memory per device"),
     )
 }
 

@@ -3,14 +3,15 @@
 One sub-verdict per plan: pass (would start), fail (would not start, with every reason), skip
 (a rule this environment cannot answer, e.g. no megatron-core in an FSDP cell; the reason says
 which). The check fails when a plan would not start here, so the table shows, per stack, which
-seed plans would start and why not.
+seed plans would start and why not; it is a skip when no plan could be answered at all.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from ..results import CheckResult, Status, Verdict
+from harness.results.records import CheckResult, Status, Verdict
+
 from . import CheckOptions
 
 NAME = "launch-plans"
@@ -32,10 +33,9 @@ def _reasons(verdict) -> str:
 
 
 def run(options: CheckOptions) -> CheckResult:
+    from harness.plans.plan_format import load_plan
+    from harness.plans.verdict import evaluate
     from trainers.device import set_cpu_threads
-
-    from ..plans.plan_format import load_plan
-    from ..plans.verdict import evaluate
 
     set_cpu_threads()
     verdicts = []
@@ -54,4 +54,7 @@ def run(options: CheckOptions) -> CheckResult:
     if failing:
         return CheckResult(NAME, Status.FAIL, f"{summary}; would not start: {', '.join(failing)}", metrics=metrics,
                            verdicts=verdicts)
-    return CheckResult(NAME, Status.PASS, summary, metrics=metrics, verdicts=verdicts)
+    if metrics["unchecked"]:
+        summary += f"; unchecked here: {', '.join(metrics['unchecked'])}"
+    status = Status.PASS if starting else Status.SKIP  # nothing answerable here is not a pass
+    return CheckResult(NAME, status, summary, metrics=metrics, verdicts=verdicts)

@@ -1,16 +1,17 @@
 """`python -m harness plan FILE...`: print a verdict per launch plan, one line per reason.
 
 Exit status: 0 when every plan would start, 1 when one would not (or is unchecked somewhere),
-2 for a plan file that is not valid (InputError). `--json` prints the verdicts as JSON.
+2 for a plan file that is not valid (InputError), 3 without torch here. `--json` prints JSON.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import EnvironmentMissing, InputError
 
 
 def add_parser(sub) -> None:
@@ -27,9 +28,15 @@ def cmd_plan(args) -> int:
     if len(set(names)) != len(names):
         raise InputError("plan: the same file is named twice")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise EnvironmentMissing("plan: needs torch in this environment (and megatron-core for Megatron "
+                                 "plans); run it in a cell's environment or `nox -s tests`'s") from None
 
     torch.set_num_threads(1)
+    # megatron-core warns on import that Transformer Engine and Apex are absent: true, and beside the point
+    warnings.filterwarnings("ignore", module=r"megatron\.")
     from .verdict import START, evaluate
 
     verdicts = [evaluate(plan) for plan in plans]
