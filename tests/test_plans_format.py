@@ -1,6 +1,7 @@
 """Plan files: bad input is one line naming the file and the field, exit status 2."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -70,3 +71,15 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, project_env, changes):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(path) in lines[0]
     assert done.stdout == ""
+
+
+def test_cli_prints_a_verdict_per_plan(project_env):
+    pytest.importorskip("megatron.core")
+    plan = ROOT_PLANS / "qwen3.5-35b-a3b-megatron-grpo.toml"
+    done = subprocess.run([sys.executable, "-m", "harness", "plan", "--json", str(plan)], capture_output=True,
+                          text=True, env=project_env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [verdict] = json.loads(done.stdout)
+    assert verdict["verdict"] == "would start" and verdict["memory_gib"]["total"] < 80
+    fields = {f["field"] for f in verdict["findings"]}
+    assert fields >= {"parallel", "parallel.pp", "parallel.ep", "rollout.tp", "cluster.memory_gib"}

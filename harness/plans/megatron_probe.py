@@ -115,6 +115,10 @@ def layers_per_stage(plan: Plan) -> list[int]:
     return [get_num_layers_to_build(config, pp_rank=rank) for rank in range(plan.pp)]
 
 
+class ProcessGroupBusy(RuntimeError):
+    """This process already has a real process group, so no fake world can be made here."""
+
+
 @contextlib.contextmanager
 def fake_world(world_size: int):
     """torch's fake process group of `world_size` ranks (this process is rank 0): nothing is sent."""
@@ -122,7 +126,7 @@ def fake_world(world_size: int):
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        raise RuntimeError("a process group is already initialized; plans need their own fake one")
+        raise ProcessGroupBusy("a process group is already initialized; plans need their own fake one")
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
         yield

@@ -155,6 +155,8 @@ def _experts(plan: Plan, src: str) -> list[Finding]:
 def _layout(plan: Plan, src: str) -> list[Finding]:
     try:
         groups = megatron_probe.world_layout(plan)
+    except megatron_probe.ProcessGroupBusy as exc:
+        return [Finding("cluster", UNCHECKED, str(exc), src)]
     except (RuntimeError, AssertionError, ValueError) as exc:
         return [Finding("cluster", FAIL, f"initialize_model_parallel on {plan.world_size} ranks: {exc}", src)]
     return [Finding("cluster", OK, f"initialize_model_parallel on {plan.world_size} ranks: data parallel "
