@@ -120,14 +120,14 @@ class ProcessGroupBusy(RuntimeError):
 
 
 @contextlib.contextmanager
-def fake_world(world_size: int):
-    """torch's fake process group of `world_size` ranks (this process is rank 0): nothing is sent."""
+def fake_world(world_size: int, rank: int = 0):
+    """torch's fake process group of `world_size` ranks, this process as `rank`: nothing is sent."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
         raise ProcessGroupBusy("a process group is already initialized; plans need their own fake one")
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
         yield
     finally:

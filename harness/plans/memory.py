@@ -5,7 +5,9 @@ weights). FSDP2: the model is really sharded with `fully_shard` under torch's fa
 of the plan's world size, and rank 0's local shards are counted. Megatron: every real parameter is
 placed by Megatron's layout (pipeline stage from megatron-core's `get_num_layers_to_build`, tensor
 split of the projections, expert split over EP x ETP, replicated norms and router) and the fullest
-stage is counted; `check_conservation` proves no module was dropped or counted twice.
+stage is counted; `check_conservation` proves no module was dropped or counted twice, and a test
+compares the count with megatron-core's own GPTModel built for one rank (where it builds without
+Transformer Engine: models without Gated DeltaNet).
 
 Bytes per parameter (mixed precision as verl runs it): FSDP2 keeps fp32 shards, fp32 gradients and
 Adam's two fp32 moments (4 + 4 + 8), plus two bf16 units gathered at a time; Megatron keeps bf16
