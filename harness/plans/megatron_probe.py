@@ -164,12 +164,39 @@ def expert_rule_source() -> str | None:
     return None
 
 
+class _PastTheGuard(Exception):
+    """The layer called one of its own methods: it went past any up-front refusal of its input."""
+
+
+class _AnySize(int):
+    """An attribute the stand-in layer lacks: the size 1 in arithmetic; calling it means the forward got
+    past its input checks into the computation."""
+
+    def __new__(cls, name: str):
+        value = super().__new__(cls, 1)
+        value.name = name
+        return value
+
+    def __call__(self, *args, **kwargs):
+        raise _PastTheGuard(self.name)
+
+
+class _StandIn:
+    """Stands for a GatedDeltaNet instance: no weights, sizes of 1, no sequence parallelism."""
+
+    sp_size = cp_size = tp_size = 1
+    config = SimpleNamespace(sequence_parallel=False, deterministic_mode=False)
+
+    def __getattr__(self, name: str):
+        return _AnySize(name)
+
+
 def gdn_refuses_packed() -> tuple[bool | None, str]:
     """Does this megatron-core's GatedDeltaNet refuse packed (THD) input? Asked of the layer itself.
 
-    Its forward is called with packed-sequence parameters on a stand-in module: 0.16/0.17 raise
-    NotImplementedError("... packed sequence ...") before touching any weight; a version that
-    accepts THD goes on into the computation, where the stand-in fails differently.
+    Its forward runs on a stand-in (no weights) with packed-sequence parameters: 0.16/0.17 raise
+    NotImplementedError("GDN does not support packed sequence ...") up front; a release that
+    accepts THD goes on into its packed path and calls the layer's own methods, which stops it.
     """
     try:
         from megatron.core.ssm.gated_delta_net import GatedDeltaNet
@@ -178,17 +205,17 @@ def gdn_refuses_packed() -> tuple[bool | None, str]:
     import torch
     from megatron.core.packed_seq_params import PackedSeqParams
 
-    stand_in = SimpleNamespace(sp_size=1, config=SimpleNamespace(sequence_parallel=False))
     packed = PackedSeqParams(qkv_format="thd", cu_seqlens_q=torch.tensor([0, 2, 4], dtype=torch.int32),
                              cu_seqlens_kv=torch.tensor([0, 2, 4], dtype=torch.int32), max_seqlen_q=2,
                              max_seqlen_kv=2)
     try:
-        GatedDeltaNet.forward(stand_in, torch.zeros(4, 1, 8), None, packed_seq_params=packed)
+        GatedDeltaNet.forward(_StandIn(), torch.zeros(4, 1, 8), None, packed_seq_params=packed)
     except NotImplementedError as exc:
         if "packed" in str(exc).lower():
             return True, f"GatedDeltaNet.forward raises NotImplementedError: {exc}"
-        return False, f"GatedDeltaNet.forward went past the packed-sequence guard ({exc})"
-    except Exception as exc:  # noqa: BLE001 - any other failure happened past the packed-input guard
-        return False, ("GatedDeltaNet.forward accepts packed input (stopped later, on the stand-in: "
-                       f"{type(exc).__name__})")
-    return False, "GatedDeltaNet.forward accepts packed input"
+        return None, f"GatedDeltaNet.forward refused the probe for another reason: {exc}"
+    except _PastTheGuard as exc:
+        return False, f"GatedDeltaNet.forward takes packed input (went on to {exc})"
+    except Exception as exc:  # noqa: BLE001 - the stand-in fails somewhere past the guard; say where
+        return None, f"GatedDeltaNet.forward on the probe stopped with {type(exc).__name__}: {exc}"
+    return False, "GatedDeltaNet.forward takes packed input"

@@ -176,7 +176,7 @@ def _packed(plan: Plan, src: str) -> list[Finding]:
     elif plan.remove_padding:
         out.append(Finding("batch.remove_padding", OK, f"true; {evidence}", src))
     else:
-        note = "required here" if refuses else "a newer megatron-core would accept true"
+        note = {True: "required here", False: "this megatron-core would take true as well"}.get(refuses, evidence)
         out.append(Finding("batch.remove_padding", OK, f"false: padded (BSHD) batches ({note})", src))
     if plan.dynamic_bsz and not plan.remove_padding:
         out.append(Finding("batch.dynamic_bsz", FAIL, "true needs remove_padding (token-packed micro-batches); "
