@@ -1,7 +1,7 @@
 """`python -m trainers.megatron [flags]`: a short GRPO run of a Qwen3.5 text model on megatron-core.
 
 Same command line and config style as `python -m trainers.fsdp`, plus `--tp/--pp/--cp/--ep`,
-`--variant` (full-attention or hybrid) and the batch layout flags (packed layouts are refused).
+`--model` (text or moe), `--variant` (hybrid or full-attention) and the batch layout flags (packed layouts are refused).
 Under torchrun every rank runs the trainer. Outside torchrun it runs as ONE process, unless
 `--nproc-per-node N` (N > 1): then it re-launches itself under
 `python -m torch.distributed.run --standalone --nproc-per-node N`.
@@ -33,11 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     if config.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
         return _relaunch(argv, config.nproc_per_node)
 
+    from .config import PackedBatchesRefused
     from .model import VariantUnavailable
     from .train import run
 
     try:
         records = run(config)
+    except PackedBatchesRefused as exc:  # bad input for this stack: decided by probing megatron-core
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except VariantUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3

@@ -2,9 +2,10 @@
 
 Defaults < a JSON or TOML file (`--config FILE`) < command-line flags; an unknown key is an
 error that names it. The GRPO keys are the FSDP trainer's; the Megatron keys add the parallel
-sizes (`tp`, `pp`, `cp`, `ep`), the model variant and the batch layout. Batches are padded
-(BSHD): Megatron's Gated DeltaNet has no packed (THD) format, so a packed configuration
-(`use_remove_padding`, `packed`, `qkv_format = "thd"`) is refused with `PackedBatchesRefused`.
+sizes (`tp`, `pp`, `cp`, `ep`), the model variant and the batch layout. A packed layout
+(`use_remove_padding`, `packed`, `qkv_format = "thd"`) is refused by the trainer before any step
+with `PackedBatchesRefused`, its reason measured on the built model (packed.py): megatron-core
+0.16.1's Gated DeltaNet raises on THD input.
 """
 from __future__ import annotations
 
@@ -23,13 +24,14 @@ from ..tasks import TASKS
 # The GRPO defaults are the FSDP trainer's, read from it, so both backends run the same job.
 _GRPO = _FSDPConfig()
 
-# full-attention: the zoo's text model with every layer a full-attention layer (runs on CPU);
-# hybrid: the model as configured (Gated DeltaNet + full attention; needs TE and FLA in Megatron).
-VARIANTS = ("full-attention", "hybrid")
+# hybrid: the model as configured (Gated DeltaNet + full attention layers: the real Qwen3.5);
+# full-attention: the same model with every layer a full-attention layer (an extra comparison).
+VARIANTS = ("hybrid", "full-attention")
+MODELS = ("text", "moe")
 
 
 class PackedBatchesRefused(ValueError):
-    """A packed (remove-padding / THD) layout was asked for; Megatron's Gated DeltaNet has none."""
+    """A packed (remove-padding / THD) layout was asked for and cannot run here; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class MegatronTrainConfig:
     model: str = "text"
     model_config: str | None = None  # JSON file merged over the zoo's config
     model_path: str | None = None  # a local checkpoint directory (real weights)
-    variant: str = "full-attention"
+    variant: str = "hybrid"
     task: str = _GRPO.task
     steps: int = _GRPO.steps
     seed: int = _GRPO.seed
@@ -83,14 +85,13 @@ class MegatronTrainConfig:
     def sizes(self) -> ParallelSizes:
         return ParallelSizes(self.tp, self.pp, self.cp, self.ep)
 
+    @property
+    def wants_packed(self) -> bool:
+        return self.use_remove_padding or self.packed or self.qkv_format.lower() == "thd"
+
     def validate(self) -> None:
-        if self.use_remove_padding or self.packed or self.qkv_format.lower() != "bshd":
-            raise PackedBatchesRefused(
-                "the Megatron trainer runs padded (BSHD) batches only: Megatron-core's Gated DeltaNet has no "
-                f"packed (THD) format (got use_remove_padding={self.use_remove_padding}, packed={self.packed}, "
-                f"qkv_format={self.qkv_format!r}); set use_remove_padding=false, packed=false, qkv_format=bshd")
         problems = []
-        choices = {"model": ("text",), "variant": VARIANTS, "kl_estimator": KL_ESTIMATORS,
+        choices = {"model": MODELS, "variant": VARIANTS, "qkv_format": ("bshd", "thd"), "kl_estimator": KL_ESTIMATORS,
                    "loss_agg": LOSS_AGGREGATIONS, "rollout": ROLLOUTS, "task": tuple(TASKS)}
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
@@ -104,10 +105,12 @@ class MegatronTrainConfig:
             if getattr(self, key) < 1:
                 problems.append(f"{key} must be >= 1")
         # Accepted as config, not implemented by this trainer: say so rather than run something else.
-        for key, what in (("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
+        for key, what in (("pp", "pipeline"), ("cp", "context")):
             if getattr(self, key) > 1:
                 problems.append(f"{key}={getattr(self, key)}: {what} parallelism is not implemented by this "
-                                "trainer (tensor and data parallelism are)")
+                                "trainer (tensor, expert and data parallelism are)")
+        if self.ep > 1 and self.model != "moe":
+            problems.append(f"ep={self.ep}: expert parallelism needs the moe model")
         if self.lr < 0 or self.temperature <= 0 or self.clip_eps <= 0:
             problems.append("lr must be >= 0, temperature and clip_eps > 0")
         if problems:

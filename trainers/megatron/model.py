@@ -1,15 +1,16 @@
-"""A Qwen3.5 text model as a megatron-core `GPTModel`, built from the Hugging Face config.
+"""A Qwen3.5 text or MoE model as a megatron-core `GPTModel`, built from the Hugging Face config.
 
-Only megatron-core's local (non Transformer Engine) modules are used, so the same model runs
-on CPU. What Qwen3.5's full-attention layers need from Megatron:
-- an output gate on attention (`attention_output_gate`: q_proj also yields a sigmoid gate);
-- RMSNorm on q and k per head (`qk_layernorm`);
-- partial rotary embeddings (`rotary_percent` = partial_rotary_factor);
-- zero-centred RMSNorm weights, `x * (1 + w)`: megatron's torch norm refuses
-  `layernorm_zero_centered_gamma`, so `ZeroCenteredRMSNorm` below is put in the layer spec.
-  Keeping HF's parameter as it is (rather than storing 1 + w) keeps the conversion exact.
-Gated DeltaNet (linear_attention) layers exist in megatron-core only behind Transformer Engine
-and flash-linear-attention: `build_hybrid_gpt_model` tries that real path and lets its error out.
+Only megatron-core's own modules are used (layer specs in layer_specs.py), so the model runs on
+CPU. From the HF config:
+- `layer_types`: linear_attention layers are megatron-core's `GatedDeltaNet`, full_attention
+  layers its SelfAttention with an output gate (`attention_output_gate`), per-head q/k RMSNorm
+  and partial rotary embeddings (`rotary_percent` = partial_rotary_factor);
+- the MoE keys (Qwen3.5-MoE): megatron-core's MoELayer, softmax top-k router renormalised over
+  the chosen experts (megatron's softmax after top-k), a shared expert with a sigmoid gate, no
+  load-balancing loss (this harness compares forwards and trains a toy task).
+GatedDeltaNet's gated delta rule: FLA's kernel where flash-linear-attention is installed,
+otherwise megatron-core's pure-torch `torch_chunk_gated_delta_rule` (`deterministic_mode`),
+with the two FLA names it imports supplied by fla_shim.py.
 """
 from __future__ import annotations
 
@@ -17,24 +18,40 @@ import torch
 import torch.nn.functional as F
 
 from .config import ParallelSizes
-
-
-class ZeroCenteredRMSNorm(torch.nn.Module):
-    """RMSNorm with a zero-initialised weight applied as (1 + w), computed in float32 as HF does."""
-
-    def __init__(self, config=None, hidden_size: int = 0, eps: float = 1e-6, **_unused):
-        super().__init__()
-        self.eps = eps
-        self.weight = torch.nn.Parameter(torch.zeros(hidden_size))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (normed * (1.0 + self.weight.float())).type_as(x)
+from .kernel_shim import fla_available
+from .layer_specs import block_spec
 
 
 def layer_kinds(hf_config) -> list[str]:
     return list(getattr(hf_config, "layer_types", None) or ["full_attention"] * hf_config.num_hidden_layers)
+
+
+def num_experts(hf_config) -> int | None:
+    return getattr(hf_config, "num_experts", None) or None
+
+
+def _linear_attention_options(hf_config) -> dict:
+    if "linear_attention" not in layer_kinds(hf_config):
+        return {}
+    return {"linear_conv_kernel_dim": hf_config.linear_conv_kernel_dim,
+            "linear_key_head_dim": hf_config.linear_key_head_dim,
+            "linear_value_head_dim": hf_config.linear_value_head_dim,
+            "linear_num_key_heads": hf_config.linear_num_key_heads,
+            "linear_num_value_heads": hf_config.linear_num_value_heads,
+            # the pure-torch gated delta rule and plain conv1d where FLA's kernels are absent
+            "deterministic_mode": not fla_available()}
+
+
+def _moe_options(hf_config) -> dict:
+    experts = num_experts(hf_config)
+    if experts is None:
+        return {}
+    return {"num_moe_experts": experts, "moe_router_topk": hf_config.num_experts_per_tok,
+            "moe_ffn_hidden_size": hf_config.moe_intermediate_size,
+            "moe_shared_expert_intermediate_size": hf_config.shared_expert_intermediate_size,
+            "moe_shared_expert_gate": True, "moe_router_pre_softmax": False, "moe_router_dtype": "fp32",
+            "moe_router_load_balancing_type": "none", "moe_aux_loss_coeff": 0.0,
+            "moe_token_dispatcher_type": "allgather", "moe_grouped_gemm": False, "moe_permute_fusion": False}
 
 
 def _rope(hf_config) -> tuple[float, float]:
@@ -55,7 +72,7 @@ def transformer_config(hf_config, sizes: ParallelSizes, dtype=torch.float32, **e
     return TransformerConfig(
         num_layers=hf_config.num_hidden_layers,
         hidden_size=hf_config.hidden_size,
-        ffn_hidden_size=hf_config.intermediate_size,
+        ffn_hidden_size=getattr(hf_config, "intermediate_size", None) or hf_config.moe_intermediate_size,
         num_attention_heads=hf_config.num_attention_heads,
         num_query_groups=hf_config.num_key_value_heads,
         kv_channels=hf_config.head_dim,
@@ -83,22 +100,10 @@ def transformer_config(hf_config, sizes: ParallelSizes, dtype=torch.float32, **e
         pipeline_model_parallel_size=sizes.pp,
         context_parallel_size=sizes.cp,
         expert_model_parallel_size=sizes.ep,
-        sequence_parallel=False,
-        **extra,
+        # megatron-core refuses to train MoE under tensor parallelism without sequence parallelism
+        sequence_parallel=bool(num_experts(hf_config)) and sizes.tp > 1,
+        **{**_linear_attention_options(hf_config), **_moe_options(hf_config), **extra},
     )
-
-
-def full_attention_block_spec(config):
-    """Megatron's local GPT layer spec with the zero-centred norms swapped in."""
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
-
-    layer = get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
-    layer.submodules.input_layernorm = ZeroCenteredRMSNorm
-    layer.submodules.pre_mlp_layernorm = ZeroCenteredRMSNorm
-    layer.submodules.self_attention.submodules.q_layernorm = ZeroCenteredRMSNorm
-    layer.submodules.self_attention.submodules.k_layernorm = ZeroCenteredRMSNorm
-    return TransformerBlockSubmodules(layer_specs=[layer] * config.num_layers, layer_norm=ZeroCenteredRMSNorm)
 
 
 def _gpt_model(config, hf_config, block_spec):
@@ -111,39 +116,10 @@ def _gpt_model(config, hf_config, block_spec):
                     position_embedding_type="rope", rotary_percent=partial, rotary_base=theta)
 
 
-def build_full_attention_gpt_model(hf_config, sizes: ParallelSizes, dtype=torch.float32):
-    kinds = layer_kinds(hf_config)
-    if any(kind != "full_attention" for kind in kinds):
-        raise ValueError(f"layer_types {kinds} include non full-attention layers; use build_hybrid_gpt_model")
-    config = transformer_config(hf_config, sizes, dtype)
-    return _gpt_model(config, hf_config, full_attention_block_spec(config))
-
-
-def build_hybrid_gpt_model(hf_config, sizes: ParallelSizes, dtype=torch.float32):
-    """Gated DeltaNet + full attention the way megatron-core builds it (Qwen3-Next style spec).
-
-    megatron-core 0.16.1 builds this block only with Transformer Engine, and GatedDeltaNet
-    needs flash-linear-attention: on a CPU machine this raises, and the caller records why.
-    """
-    from megatron.core.models.gpt.experimental_attention_variant_module_specs import (
-        get_transformer_block_with_experimental_attention_variant_spec,
-    )
-
-    kinds = layer_kinds(hf_config)
-    config = transformer_config(
-        hf_config, sizes, dtype, experimental_attention_variant="gated_delta_net",
-        linear_attention_freq=[1 if kind == "linear_attention" else 0 for kind in kinds],
-        linear_conv_kernel_dim=hf_config.linear_conv_kernel_dim, linear_key_head_dim=hf_config.linear_key_head_dim,
-        linear_value_head_dim=hf_config.linear_value_head_dim,
-        linear_num_key_heads=hf_config.linear_num_key_heads,
-        linear_num_value_heads=hf_config.linear_num_value_heads)
-    return _gpt_model(config, hf_config, get_transformer_block_with_experimental_attention_variant_spec(config))
-
-
 def build_gpt_model(hf_config, sizes: ParallelSizes, dtype=torch.float32):
-    if all(kind == "full_attention" for kind in layer_kinds(hf_config)):
-        return build_full_attention_gpt_model(hf_config, sizes, dtype)
-    return build_hybrid_gpt_model(hf_config, sizes, dtype)
+    """The GPTModel for `layer_types` (and the MoE keys): megatron-core's own layers, one spec each."""
+    config = transformer_config(hf_config, sizes, dtype)
+    return _gpt_model(config, hf_config, block_spec(layer_kinds(hf_config), num_experts(hf_config)))
 
 
 def padded_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -164,8 +140,15 @@ def megatron_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     real token: attention depends only on position differences, so both give the same logits
     up to rounding (the parity check measures it).
     """
+    length = input_ids.shape[1]
+    multiple = model.config.tensor_model_parallel_size if model.config.sequence_parallel else 1
+    extra = -length % multiple  # sequence parallelism splits the sequence evenly over TP ranks
+    if extra:  # right padding: causal, so the real tokens never see it
+        input_ids = torch.nn.functional.pad(input_ids, (0, extra))
+        attention_mask = torch.nn.functional.pad(attention_mask, (0, extra))
     positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-    return model(input_ids=input_ids, position_ids=positions, attention_mask=padded_attention_mask(attention_mask))
+    logits = model(input_ids=input_ids, position_ids=positions, attention_mask=padded_attention_mask(attention_mask))
+    return logits[:, :length]
 
 
 class VariantUnavailable(RuntimeError):
@@ -181,15 +164,15 @@ def variant_override(variant: str, hf_kind_config: dict) -> dict:
     raise ValueError(f"unknown variant {variant!r}; expected full-attention or hybrid")
 
 
-def build_hf_variant(variant: str, model_config=None, seed: int = 0, model_path=None):
-    """The Hugging Face Qwen3.5 text model for `variant`, from the zoo (plus `model_config`) or a checkpoint."""
+def build_hf_variant(variant: str, model_config=None, seed: int = 0, model_path=None, kind: str = "text"):
+    """The HF Qwen3.5 model (`kind` text or moe) for `variant`, from the zoo (plus `model_config`) or a checkpoint."""
     import json
     from pathlib import Path
 
     from ..models import build_model, default_config
 
     if model_path is not None:
-        model = build_model("text", seed=seed, model_path=model_path)
+        model = build_model(kind, seed=seed, model_path=model_path)
         kinds = layer_kinds(model.config)
         if variant == "full-attention" and any(kind != "full_attention" for kind in kinds):
             raise VariantUnavailable(f"checkpoint {model_path} has layer_types {kinds}: not a full-attention model")
@@ -198,8 +181,8 @@ def build_hf_variant(variant: str, model_config=None, seed: int = 0, model_path=
     if override is not None and not isinstance(override, dict):
         override = json.loads(Path(override).read_text())
     override = dict(override or {})
-    merged = {**default_config("text"), **override}  # layer_types and num_hidden_layers are top-level keys
-    return build_model("text", {**override, **variant_override(variant, merged)}, seed=seed)
+    merged = {**default_config(kind), **override}  # layer_types and num_hidden_layers are top-level keys
+    return build_model(kind, {**override, **variant_override(variant, merged)}, seed=seed)
 
 
 def build_megatron_variant(hf_config, sizes: ParallelSizes, dtype=torch.float32):
@@ -209,28 +192,3 @@ def build_megatron_variant(hf_config, sizes: ParallelSizes, dtype=torch.float32)
     except (AssertionError, ImportError, NotImplementedError) as exc:
         raise VariantUnavailable(f"megatron-core cannot build layer_types {layer_kinds(hf_config)}: "
                                  f"{type(exc).__name__}: {exc}") from exc
-
-
-def gated_delta_net_probe(hf_config, sizes: ParallelSizes) -> str | None:
-    """Build one megatron-core GatedDeltaNet layer from local modules (no Transformer Engine) and
-    run it on a tiny input; the error it raises, or None when it runs. Evidence for the hybrid limit."""
-    from megatron.core.models.backends import LocalSpecProvider
-    from megatron.core.process_groups_config import ProcessGroupCollection
-    from megatron.core.ssm.gated_delta_net import GatedDeltaNet, GatedDeltaNetSubmodules
-
-    local = LocalSpecProvider()
-    try:
-        config = transformer_config(hf_config, sizes, deterministic_mode=True,
-                                    linear_conv_kernel_dim=hf_config.linear_conv_kernel_dim,
-                                    linear_key_head_dim=hf_config.linear_key_head_dim,
-                                    linear_value_head_dim=hf_config.linear_value_head_dim,
-                                    linear_num_key_heads=hf_config.linear_num_key_heads,
-                                    linear_num_value_heads=hf_config.linear_num_value_heads)
-        layer = GatedDeltaNet(config, GatedDeltaNetSubmodules(in_proj=local.column_parallel_linear(),
-                                                              out_norm=ZeroCenteredRMSNorm,
-                                                              out_proj=local.row_parallel_linear()),
-                              layer_number=1, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
-        layer(torch.zeros(4, 1, hf_config.hidden_size), attention_mask=None)
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None

@@ -6,17 +6,15 @@ One step (every rank runs the same code; `torchrun` starts the ranks):
    parallel peers of a rank hold the same share). Row seeds depend on (seed, step, global row).
 2. The rollout engine, a Hugging Face model holding the weights converted back from Megatron,
    samples the share and reports the sampled tokens' log-probs.
-3. The tensor-parallel GPTModel recomputes log-probs on the padded (BSHD) batch; the loss uses
-   global token counts over data-parallel ranks; q/k layernorm gradients are summed over
-   tensor-parallel ranks (each rank normalises only its own heads), all gradients averaged over
-   data-parallel ranks; the global gradient norm counts each tensor-parallel shard once.
+3. The GPTModel (tensor- and expert-parallel; Gated DeltaNet and full-attention layers, dense or
+   MoE MLPs) recomputes log-probs on the padded (BSHD) batch; the loss uses global token counts
+   over data-parallel ranks; gradients are reduced per parameter as grads.py says.
 4. After the optimizer step the shards are gathered into HF layout (bridge.gather_hf_state)
    and pushed into the engine.
 Rank 0 writes one JSON line per step with the FSDP trainer's keys plus the bridge and variant.
 """
 from __future__ import annotations
 
-import math
 import os
 import random
 import time
@@ -31,9 +29,12 @@ from ..metrics import MetricsWriter
 from ..rollout import RolloutBatch, make_rollout
 from ..tasks import make_task
 from . import bridge
-from .config import MegatronTrainConfig, ParallelSizes
+from .config import MegatronTrainConfig, PackedBatchesRefused, ParallelSizes
 from .cpu_shim import cpu_shim_for
+from .grads import Groups, clip_grad_norm, reduce_gradients
+from .kernel_shim import KernelShim
 from .model import build_hf_variant, build_megatron_variant, megatron_logits
+from .packed import packed_refusal
 
 
 def init_distributed(plan) -> None:
@@ -81,46 +82,6 @@ def _all_reduce(values: list[float], group=None, op=dist.ReduceOp.SUM) -> list[f
     return tensor.tolist()
 
 
-def average_data_parallel_grads(model, dp_group, dp_size: int) -> None:
-    if dp_size == 1:
-        return
-    for parameter in model.parameters():
-        if parameter.grad is not None:
-            dist.all_reduce(parameter.grad, group=dp_group)
-            parameter.grad.div_(dp_size)
-
-
-def sum_qk_layernorm_grads(model, tp_group, tp_size: int) -> None:
-    """q/k layernorm weights are replicated but each TP rank applies them to its own heads only:
-    their full gradient is the sum over TP ranks (megatron's finalize_model_grads does the same)."""
-    if tp_size == 1:
-        return
-    for name, parameter in model.named_parameters():
-        if parameter.grad is not None and ("q_layernorm" in name or "k_layernorm" in name):
-            dist.all_reduce(parameter.grad, group=tp_group)
-
-
-def clip_grad_norm(model, max_norm: float, tp_group) -> float:
-    """Global L2 norm: tensor-parallel shards summed over the TP group, replicated tensors once."""
-    sharded, replicated = 0.0, 0.0
-    for name, parameter in model.named_parameters():
-        if parameter.grad is None:
-            continue
-        square = float(parameter.grad.double().pow(2).sum())
-        if bridge.is_tensor_parallel(name):
-            sharded += square
-        else:
-            replicated += square
-    sharded, = _all_reduce([sharded], tp_group)
-    norm = math.sqrt(sharded + replicated)
-    scale = max_norm / (norm + 1e-6)
-    if scale < 1.0:
-        for parameter in model.parameters():
-            if parameter.grad is not None:
-                parameter.grad.mul_(scale)
-    return norm
-
-
 class MegatronGRPOTrainer:
     def __init__(self, config: MegatronTrainConfig):
         from megatron.core import parallel_state as ps
@@ -140,11 +101,17 @@ class MegatronGRPOTrainer:
         if config.batch_prompts % self.dp_size:
             raise ValueError(f"batch_prompts={config.batch_prompts} does not split over "
                              f"{self.dp_size} data-parallel ranks")
-        self.shim = cpu_shim_for(self.plan).install(seed=config.seed, tp_rank=self.tp_rank)
+        self.ep_rank = ps.get_expert_model_parallel_rank()
+        self.groups = Groups.from_megatron()
+        self.shim = cpu_shim_for(self.plan).install(seed=config.seed, tp_rank=self.tp_rank, ep_rank=self.ep_rank)
+        self.kernel_shim = KernelShim().install()  # only names of absent kernel libraries
         try:
             self._build_models()
+            self.groups.sequence_parallel = self.policy.config.sequence_parallel
+            self._refuse_packed_batches()
         except BaseException:
             self.shim.remove()  # an in-process caller must not keep a patched torch.cuda
+            self.kernel_shim.remove()
             raise
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.loss_config = grpo.LossConfig(config.clip_eps, config.clip_eps_high or config.clip_eps,
@@ -157,7 +124,8 @@ class MegatronGRPOTrainer:
         config = self.config
         self.task = make_task(config.task)
         self.device = self.plan.device(int(os.environ.get("LOCAL_RANK", 0)))
-        hf_model = build_hf_variant(config.variant, config.model_config, config.seed, config.model_path)
+        hf_model = build_hf_variant(config.variant, config.model_config, config.seed, config.model_path,
+                                    kind=config.model)
         self.hf_config = hf_model.config
         self.bridge_support = bridge.bridge_support(self.hf_config)
         self.bridge = bridge.chosen_bridge(self.bridge_support)
@@ -169,9 +137,22 @@ class MegatronGRPOTrainer:
         if config.kl_coef > 0:  # frozen initial policy, sharded like the policy
             self.reference = self._megatron_model(initial).eval().requires_grad_(False)
 
+    def _refuse_packed_batches(self) -> None:
+        """A packed layout is refused before any step, with what the installed megatron-core did."""
+        if not self.config.wants_packed:
+            return
+        import importlib.metadata
+
+        version = importlib.metadata.version("megatron-core")
+        reason = packed_refusal(self.policy, version) or (
+            f"packed (THD) batches refused: megatron-core {version} accepts them for this model, but this "
+            "trainer builds padded (BSHD) batches only; set use_remove_padding=false")
+        raise PackedBatchesRefused(reason)
+
     def _megatron_model(self, hf_state):
         model = build_megatron_variant(self.hf_config, self.config.sizes).to(self.device)
-        bridge.load_hf_into_megatron(model, hf_state, self.hf_config, self.config.tp, self.tp_rank)
+        bridge.load_hf_into_megatron(model, hf_state, self.hf_config, self.config.tp, self.tp_rank,
+                                     self.config.ep, self.ep_rank)
         return model
 
     def _prompts(self, step: int) -> tuple[list[list[int]], list[int]]:
@@ -221,9 +202,8 @@ class MegatronGRPOTrainer:
                                                ref_logprobs[part] if ref_logprobs is not None else None,
                                                denominator=max(global_count, 1.0) / self.dp_size)
                 loss.backward()
-                sum_qk_layernorm_grads(self.policy, self.tp_group, self.config.tp)
-                average_data_parallel_grads(self.policy, self.dp_group, self.dp_size)
-                sums["grad_norm"] += clip_grad_norm(self.policy, c.max_grad_norm, self.tp_group)
+                reduce_gradients(self.policy, self.groups)
+                sums["grad_norm"] += clip_grad_norm(self.policy, c.max_grad_norm, self.groups)
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 tokens = stats["tokens"]
@@ -244,7 +224,7 @@ class MegatronGRPOTrainer:
                 "logprob_diff_max": diff, "updates": updates}
 
     def sync_rollout_weights(self) -> None:
-        self.rollout.sync_weights(bridge.gather_hf_state(self.policy, self.hf_config, self.tp_group))
+        self.rollout.sync_weights(bridge.gather_hf_state(self.policy, self.hf_config))
 
     def step(self, step: int) -> dict:
         started = time.perf_counter()
@@ -263,7 +243,8 @@ class MegatronGRPOTrainer:
                   **stats, "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,
                   "sync_seconds": sync_seconds, "rank": self.rank, "world_size": self.world,
                   "backend": "megatron", "bridge": self.bridge, "variant": self.config.variant,
-                  "tp": self.config.tp, "dp": self.dp_size, "cpu_shim": bool(self.shim.installed)}
+                  "tp": self.config.tp, "ep": self.config.ep, "dp": self.dp_size,
+                  "cpu_shim": bool(self.shim.installed), **self.kernel_shim.record()}
         if step == 0:
             record["bridge_support"] = self.bridge_support
         self.writer.write(record)
@@ -275,6 +256,7 @@ class MegatronGRPOTrainer:
     def close(self) -> None:
         self.rollout.close()
         self.shim.remove()
+        self.kernel_shim.remove()
 
 
 def run(config: MegatronTrainConfig) -> list[dict]:
