@@ -66,3 +66,36 @@ def test_cpu_shim_forks_reproducibly_per_seed():
 
     assert torch.equal(draw(1), draw(1))
     assert not torch.equal(draw(1), draw(2))
+
+
+def test_kernel_shim_binds_only_what_the_absent_libraries_would_and_removes_it():
+    from megatron.core.ssm import gated_delta_net as gdn
+
+    from trainers.megatron.kernel_shim import KernelShim, fla_available, installed
+
+    if fla_available() or installed("transformer_engine"):
+        pytest.skip("FLA or Transformer Engine is installed: the shim binds nothing there")
+    before = (gdn.HAVE_FLA, hasattr(gdn, "l2norm"))
+    shim = KernelShim().install()
+    try:
+        assert gdn.HAVE_FLA is True and callable(gdn.l2norm)
+        record = shim.record()
+        assert record["shim_symbols"] == ["gated_delta_net.HAVE_FLA", "gated_delta_net.l2norm",
+                                          "moe_utils.te_general_gemm"]
+        assert record["gated_delta_rule"] == "megatron-core torch_chunk_gated_delta_rule"
+    finally:
+        shim.remove()
+    assert (gdn.HAVE_FLA, hasattr(gdn, "l2norm")) == before == (False, False)
+    partial = KernelShim(omit=("l2norm",)).install()
+    assert partial.supplied == ["gated_delta_net.HAVE_FLA", "moe_utils.te_general_gemm"]
+    assert not hasattr(gdn, "l2norm")  # left out: megatron-core's GDN forward then raises NameError
+    partial.remove()
+
+
+def test_shim_l2norm_is_hf_s_l2norm():
+    from transformers.models.qwen3_5 import modeling_qwen3_5
+
+    from trainers.megatron.kernel_shim import l2norm
+
+    x = torch.randn(3, 5, 2, 16, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(l2norm(x), modeling_qwen3_5.l2norm(x), atol=1e-7, rtol=0)

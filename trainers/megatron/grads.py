@@ -12,6 +12,10 @@ reduced at all (seed 001). This trainer keeps the rule explicit, per parameter n
   megatron's DDP scales both (each rank's loss is normalised by the global token count * dp);
 - the gradient norm counts each distinct shard once: TP-split tensors over the TP group, experts
   over the expert tensor-and-model-parallel group, replicated tensors once.
+Also HF's `nn.Embedding(padding_idx=pad_token_id)` never trains the pad token's row (its gradient
+is always zero, and the row starts at zero); megatron's VocabParallelEmbedding has no padding_idx,
+and a sampled pad token at a real position then gets a huge gradient there (RMSNorm of a zero
+vector: a Jacobian of 1/sqrt(eps)). `zero_padding_row` applies HF's rule to the Megatron shard.
 Tests check the result against the Hugging Face model's gradients, parameter by parameter.
 """
 from __future__ import annotations
@@ -53,6 +57,16 @@ class Groups:
                    expert_dp=ps.get_expert_data_parallel_group(),
                    expert_dp_size=ps.get_expert_data_parallel_world_size(),
                    expert_mp=ps.get_expert_tensor_and_model_parallel_group(), sequence_parallel=sequence_parallel)
+
+
+def zero_padding_row(model: torch.nn.Module, padding_idx: int | None) -> None:
+    """HF's padding_idx on megatron's vocabulary-parallel embedding: that row's gradient is zero."""
+    if padding_idx is None:
+        return
+    embedding = model.embedding.word_embeddings
+    start, end = embedding.vocab_start_index, embedding.vocab_end_index
+    if embedding.weight.grad is not None and start <= padding_idx < end:
+        embedding.weight.grad[padding_idx - start].zero_()
 
 
 def reduce_gradients(model: torch.nn.Module, groups: Groups, skip: tuple[str, ...] = ()) -> None:

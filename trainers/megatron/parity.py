@@ -11,7 +11,8 @@
 `--break` makes one piece wrong on purpose, so tests can watch the verdicts fail:
 gdn-head-order (value heads reversed in the fused in_proj), expert-swap (experts 0 and 1
 exchanged), qkv (query and gate rows exchanged), shim-l2norm (the kernel shim leaves out l2norm),
-grad-skip (GDN parameters' gradients not reduced), packed (packed input without its boundaries).
+grad-skip (GDN parameters' gradients not reduced), padding-row (the pad token's embedding row
+trained, unlike HF's padding_idx), packed (packed input without its boundaries).
 """
 from __future__ import annotations
 
@@ -23,21 +24,23 @@ import time
 import traceback
 from pathlib import Path
 
-BREAKS = ("gdn-head-order", "expert-swap", "qkv", "shim-l2norm", "grad-skip", "packed")
+BREAKS = ("gdn-head-order", "expert-swap", "qkv", "shim-l2norm", "grad-skip", "padding-row", "packed")
 GDN_PARAMETERS = ("A_log", "dt_bias", "conv1d", "out_norm")
 
 
-def batch(vocab: int, seed: int):
-    """Left-padded rows of different lengths, as the rollout engine produces them."""
+def batch(vocab: int, seed: int, pad_id: int = 0):
+    """Left-padded rows of different lengths, as the rollout engine produces them; one row also
+    holds the pad token at a real position, as a sampled response can."""
     import torch
 
     generator = torch.Generator().manual_seed(seed + 17)
     lengths = [24, 17, 9, 24]
-    ids = torch.zeros((len(lengths), max(lengths)), dtype=torch.long)
+    ids = torch.full((len(lengths), max(lengths)), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, length in enumerate(lengths):
         ids[row, -length:] = torch.randint(3, vocab, (length,), generator=generator)
         mask[row, -length:] = 1
+    ids[0, -4] = pad_id
     return ids, mask
 
 
@@ -91,7 +94,7 @@ def compare(kind: str, variant: str, sizes, seed: int, broken: str | None) -> di
 
     from ..rollout import positions_from_mask
     from . import bridge
-    from .grads import Groups, reduce_gradients
+    from .grads import Groups
     from .model import build_gpt_model, build_hf_variant, megatron_logits
     from .packed import gated_delta_net_layers, probe_packed_gdn
 
@@ -108,7 +111,8 @@ def compare(kind: str, variant: str, sizes, seed: int, broken: str | None) -> di
     mismatched = sorted(k for k in reference if k not in back or not torch.equal(back[k], reference[k]))
     out["roundtrip_exact"] = sorted(back) == sorted(reference) and not mismatched
     out["roundtrip_mismatched"] = mismatched
-    ids, mask = batch(hf.config.vocab_size, seed)
+    padding_idx = hf.get_input_embeddings().padding_idx
+    ids, mask = batch(hf.config.vocab_size, seed, padding_idx or 0)
     real = mask.bool()
     with torch.no_grad():
         hf_lp = torch.log_softmax(hf(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
@@ -117,7 +121,7 @@ def compare(kind: str, variant: str, sizes, seed: int, broken: str | None) -> di
     out["max_abs_logprob_error"] = float((hf_lp - mc_lp)[real].abs().max())
     out["finite"] = bool(torch.isfinite(mc_lp[real]).all())
     groups = Groups.from_megatron(model.config.sequence_parallel)
-    out.update(_gradients(hf, model, ids, mask, broken, groups, reduce_gradients, bridge))
+    out.update(_gradients(hf, model, ids, mask, broken, groups, padding_idx, bridge))
     layers = gated_delta_net_layers(model)
     out["gated_delta_net_layers"] = len(layers)
     if layers:
@@ -126,12 +130,13 @@ def compare(kind: str, variant: str, sizes, seed: int, broken: str | None) -> di
     return out
 
 
-def _gradients(hf, model, ids, mask, broken, groups, reduce_gradients, bridge) -> dict:
+def _gradients(hf, model, ids, mask, broken, groups, padding_idx, bridge) -> dict:
     """Relative gradient error per HF parameter: max |g_megatron - g_hf| / max |g_hf|."""
     import torch
     from megatron.core import parallel_state as ps
 
     from ..rollout import positions_from_mask
+    from .grads import reduce_gradients, zero_padding_row
     from .model import megatron_logits
 
     hf.zero_grad(set_to_none=True)
@@ -147,6 +152,8 @@ def _gradients(hf, model, ids, mask, broken, groups, reduce_gradients, bridge) -
     local_lp, local_valid = next_token_logprobs(megatron_logits(model, ids[rows], mask[rows]), ids[rows], mask[rows])
     (-(local_lp * local_valid).sum() * groups.dp_size / count).backward()
     model.eval()
+    if broken != "padding-row":
+        zero_padding_row(model, padding_idx)
     reduce_gradients(model, groups, skip=GDN_PARAMETERS if broken == "grad-skip" else ())
     grads = {name: (p.grad if p.grad is not None else torch.zeros_like(p)) for name, p in model.named_parameters()}
     gathered = bridge.gather_hf_state(model, hf.config, local=grads)

@@ -31,7 +31,7 @@ from ..tasks import make_task
 from . import bridge
 from .config import MegatronTrainConfig, PackedBatchesRefused, ParallelSizes
 from .cpu_shim import cpu_shim_for
-from .grads import Groups, clip_grad_norm, reduce_gradients
+from .grads import Groups, clip_grad_norm, reduce_gradients, zero_padding_row
 from .kernel_shim import KernelShim
 from .model import build_hf_variant, build_megatron_variant, megatron_logits
 from .packed import packed_refusal
@@ -127,6 +127,7 @@ class MegatronGRPOTrainer:
         hf_model = build_hf_variant(config.variant, config.model_config, config.seed, config.model_path,
                                     kind=config.model)
         self.hf_config = hf_model.config
+        self.padding_idx = hf_model.get_input_embeddings().padding_idx
         self.bridge_support = bridge.bridge_support(self.hf_config)
         self.bridge = bridge.chosen_bridge(self.bridge_support)
         initial = {k: v.detach().clone() for k, v in hf_model.state_dict().items()}
@@ -202,6 +203,7 @@ class MegatronGRPOTrainer:
                                                ref_logprobs[part] if ref_logprobs is not None else None,
                                                denominator=max(global_count, 1.0) / self.dp_size)
                 loss.backward()
+                zero_padding_row(self.policy, self.padding_idx)
                 reduce_gradients(self.policy, self.groups)
                 sums["grad_norm"] += clip_grad_norm(self.policy, c.max_grad_norm, self.groups)
                 self.optimizer.step()
