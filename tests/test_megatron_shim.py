@@ -69,26 +69,24 @@ def test_cpu_shim_forks_reproducibly_per_seed():
 
 
 def test_kernel_shim_binds_only_what_the_absent_libraries_would_and_removes_it():
-    from megatron.core.ssm import gated_delta_net as gdn
-
-    from trainers.megatron.kernel_shim import KernelShim, fla_available, installed
+    from trainers.megatron.kernel_shim import _GDN, KernelShim, _module, fla_available, installed
 
     if fla_available() or installed("transformer_engine"):
         pytest.skip("FLA or Transformer Engine is installed: the shim binds nothing there")
-    before = (gdn.HAVE_FLA, hasattr(gdn, "l2norm"))
+    gdn = _module(_GDN)  # 0.16.1: ssm/gated_delta_net.py; 0.18+: ssm/gated_delta_net/common.py
+    before = (gdn.HAVE_FLA, getattr(gdn, "l2norm", None))
     shim = KernelShim().install()
     try:
         assert gdn.HAVE_FLA is True and callable(gdn.l2norm)
         record = shim.record()
-        assert record["shim_symbols"] == ["gated_delta_net.HAVE_FLA", "gated_delta_net.l2norm",
-                                          "moe_utils.te_general_gemm"]
+        assert [name.split(".")[-1] for name in record["shim_symbols"]][:2] == ["HAVE_FLA", "l2norm"]
         assert record["gated_delta_rule"] == "megatron-core torch_chunk_gated_delta_rule"
     finally:
         shim.remove()
-    assert (gdn.HAVE_FLA, hasattr(gdn, "l2norm")) == before == (False, False)
+    assert (gdn.HAVE_FLA, getattr(gdn, "l2norm", None)) == before == (False, None)
     partial = KernelShim(omit=("l2norm",)).install()
-    assert partial.supplied == ["gated_delta_net.HAVE_FLA", "moe_utils.te_general_gemm"]
-    assert not hasattr(gdn, "l2norm")  # left out: megatron-core's GDN forward then raises NameError
+    assert "l2norm" not in " ".join(partial.supplied)
+    assert getattr(gdn, "l2norm", None) is None  # left out: megatron-core's GDN forward then fails on it
     partial.remove()
 
 

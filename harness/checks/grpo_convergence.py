@@ -164,15 +164,25 @@ def run(options: CheckOptions) -> CheckResult:
     return run_with(options)
 
 
-def made_with(command: list[str]) -> dict:
+# What a backend's first metrics line says about the code that ran, kept with the reference.
+_BACKEND_RECORD = {"megatron": ("bridge", "variant", "gated_delta_rule", "shim_symbols")}
+
+
+def made_with(command: list[str], backend: str = "fsdp", first: dict | None = None) -> dict:
+    import importlib.metadata
+
     import tensordict
     import torch
     import transformers
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "tensordict": tensordict.__version__, "python": platform.python_version(),
-            "date": datetime.date.today().isoformat(),
-            "command": "python -m harness.checks.grpo_convergence " + " ".join(_portable(command))}
+    out = {"torch": torch.__version__, "transformers": transformers.__version__,
+           "tensordict": tensordict.__version__, "python": platform.python_version(),
+           "date": datetime.date.today().isoformat(),
+           "command": "python -m harness.checks.grpo_convergence " + " ".join(_portable(command))}
+    if backend == "megatron":
+        out["megatron-core"] = importlib.metadata.version("megatron-core")
+    out.update({key: (first or {}).get(key) for key in _BACKEND_RECORD.get(backend, ())})
+    return out
 
 
 def _portable(argv: list[str]) -> list[str]:
@@ -203,7 +213,7 @@ def regenerate(model: str, backend: str, work_dir: Path, argv: list[str]) -> Pat
     if code != 0 or len(records) != settings["steps"]:
         raise SystemExit(f"trainer failed (exit {code}, {len(records)} steps); see {log}")
     settings["curve"] = [round(float(r["reward_mean"]), 6) for r in records]
-    settings["made_with"] = made_with(argv)
+    settings["made_with"] = made_with(argv, backend, records[0])
     write_json_atomic(path, settings)
     return path
 

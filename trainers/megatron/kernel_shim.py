@@ -10,8 +10,10 @@ Its MoE router (`megatron/core/transformer/moe/moe_utils.py`, 0.16.1) tests
 `te_general_gemm is not None`, a name bound only when Transformer Engine imports: without TE the
 router raises NameError, so the shim binds it to None, what the import guard meant (torch matmul).
 
-Each name is set only where its library is absent and the name is missing (or the guard false),
-and `record()` lists what was supplied. Where FLA or TE is installed nothing is touched.
+From megatron-core 0.18 the layer is a package (`gated_delta_net/common.py` holds the guard and
+binds `l2norm = None` without FLA); the shim sets the names in the first of those modules that exists.
+Each name is set only where its library is absent and the name is missing (or the guard false, or
+`l2norm` None), and `record()` lists what was supplied. Where FLA or TE is installed nothing is touched.
 """
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-_GDN = "megatron.core.ssm.gated_delta_net"
-_MOE_UTILS = "megatron.core.transformer.moe.moe_utils"
+# Where megatron-core keeps the names, newest layout first.
+_GDN = ("megatron.core.ssm.gated_delta_net.common", "megatron.core.ssm.gated_delta_net")
+_MOE_UTILS = ("megatron.core.transformer.moe.moe_utils",)
 
 
 def l2norm(x: torch.Tensor, dim: int = -1, eps: float = 1e-6) -> torch.Tensor:
@@ -31,9 +34,18 @@ def l2norm(x: torch.Tensor, dim: int = -1, eps: float = 1e-6) -> torch.Tensor:
     return (x32 * torch.rsqrt((x32 * x32).sum(dim=dim, keepdim=True) + eps)).to(x.dtype)
 
 
-# name -> (module, library whose absence it stands for, value)
-SYMBOLS = {"HAVE_FLA": (_GDN, "fla", True), "l2norm": (_GDN, "fla", l2norm),
-           "te_general_gemm": (_MOE_UTILS, "transformer_engine", None)}
+# name -> (candidate modules, library whose absence it stands for, value, values that count as unbound)
+SYMBOLS = {"HAVE_FLA": (_GDN, "fla", True, (False,)), "l2norm": (_GDN, "fla", l2norm, (None,)),
+           "te_general_gemm": (_MOE_UTILS, "transformer_engine", None, ())}
+
+
+def _module(candidates: tuple[str, ...]):
+    for name in candidates:
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError(f"none of {', '.join(candidates)} is importable")
 
 
 def installed(library: str) -> bool:
@@ -61,16 +73,16 @@ class KernelShim:
     _saved: dict = field(default_factory=dict)
 
     def install(self) -> KernelShim:
-        for name, (module_name, library, value) in SYMBOLS.items():
+        for name, (candidates, library, value, unbound) in SYMBOLS.items():
             if name in self.omit or installed(library):
                 continue
-            module = importlib.import_module(module_name)
+            module = _module(candidates)
             current = getattr(module, name, _MISSING)
-            if current is not _MISSING and (name != "HAVE_FLA" or current):
+            if current is not _MISSING and not any(current is u for u in unbound):
                 continue  # bound already (a release that fixed its guard): leave it
-            self._saved[(module_name, name)] = current
+            self._saved[(module.__name__, name)] = current
             setattr(module, name, value)
-            self.supplied.append(f"{module_name.rsplit('.', 1)[-1]}.{name}")
+            self.supplied.append(f"{module.__name__.rsplit('.', 1)[-1]}.{name}")
         return self
 
     def remove(self) -> None:
