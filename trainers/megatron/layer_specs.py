@@ -18,33 +18,36 @@ import functools
 import torch
 
 
-class ZeroCenteredRMSNorm(torch.nn.Module):
-    """RMSNorm with a zero-initialised weight applied as (1 + w), computed in float32 as HF does."""
+class _RMSNorm(torch.nn.Module):
+    """RMS normalisation in float32 as HF computes it; subclasses apply the weight their way."""
+
+    initial_weight = 1.0
 
     def __init__(self, config=None, hidden_size: int = 0, eps: float = 1e-6, **_unused):
         super().__init__()
         self.eps = eps
-        self.weight = torch.nn.Parameter(torch.zeros(hidden_size))
+        self.weight = torch.nn.Parameter(torch.full((hidden_size,), self.initial_weight))
+
+    def normed(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+class ZeroCenteredRMSNorm(_RMSNorm):
+    """Qwen3.5's decoder norms: a zero-initialised weight applied as (1 + w), in float32."""
+
+    initial_weight = 0.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (normed * (1.0 + self.weight.float())).type_as(x)
+        return (self.normed(x) * (1.0 + self.weight.float())).type_as(x)
 
 
-class GatedRMSNorm(torch.nn.Module):
-    """GatedDeltaNet's `out_norm`: RMSNorm with weight `w` (HF's Qwen3_5RMSNormGated without the gate,
-    which megatron-core's `_apply_gated_norm` applies after this norm)."""
-
-    def __init__(self, config=None, hidden_size: int = 0, eps: float = 1e-6, **_unused):
-        super().__init__()
-        self.eps = eps
-        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+class GatedRMSNorm(_RMSNorm):
+    """GatedDeltaNet's `out_norm`: weight `w` times the normed input (HF's Qwen3_5RMSNormGated without
+    the gate, which megatron-core's `_apply_gated_norm` applies after this norm)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * normed.type_as(x)
+        return self.weight * self.normed(x).type_as(x)
 
 
 def padding_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
