@@ -1,23 +1,20 @@
-"""The Megatron-core GRPO trainer: same rollout, reward, advantages, loss and metrics as FSDP.
+"""The megatron-core backend of the GRPO loop (trainers/grpo_loop.py): the same rollout, reward,
+advantages, update schedule and metrics as FSDP; this module builds, shards, computes log-probs,
+steps and exports.
 
-One step (every rank runs the same code; `torchrun` starts the ranks):
-1. Ranks of one data-parallel group share prompts: all ranks draw the same global prompts, each
-   data-parallel rank keeps an equal contiguous share with its `group_size` samples (tensor-
-   parallel peers of a rank hold the same share). Row seeds depend on (seed, step, global row).
-2. The rollout engine, a Hugging Face model holding the weights converted back from Megatron,
-   samples the share and reports the sampled tokens' log-probs.
-3. The GPTModel (tensor- and expert-parallel; Gated DeltaNet and full-attention layers, dense or
-   MoE MLPs) recomputes log-probs on the padded (BSHD) batch; the loss uses global token counts
-   over data-parallel ranks; gradients are reduced per parameter as grads.py says.
-4. After the optimizer step the shards are gathered into HF layout (bridge.gather_hf_state)
-   and pushed into the engine.
-Rank 0 writes one JSON line per step with the FSDP trainer's keys plus the bridge and variant.
+- build: the HF Qwen3.5 (text or MoE) from the zoo, converted into megatron-core's GPTModel
+  (hybrid Gated DeltaNet + full attention, dense or MoE MLPs; model.py) by the bridge, sharded
+  over tensor- and expert-parallel ranks; ranks of one data-parallel group share prompts
+  (tensor-parallel peers of a rank hold the same share); a packed layout is refused first;
+- log-probs: the GPTModel on the padded (BSHD) batch;
+- step: gradients reduced per parameter as grads.py says, clipped by the global norm;
+- export: every shard gathered into HF layout (bridge.gather_hf_state) for the rollout engine,
+  a Hugging Face model holding the converted weights.
+Rank 0's metrics line adds the bridge, variant, parallel sizes and the kernel shim's names.
 """
 from __future__ import annotations
 
 import os
-import random
-import time
 
 import torch
 import torch.distributed as dist
@@ -25,7 +22,7 @@ import torch.distributed as dist
 from .. import determinism, grpo
 from ..device import plan as device_plan
 from ..device import set_cpu_threads
-from ..metrics import MetricsWriter
+from ..grpo_loop import GRPOLoop
 from ..rollout import RolloutBatch, make_rollout
 from ..tasks import make_task
 from . import bridge
@@ -71,18 +68,7 @@ def response_logprobs(model, batch: RolloutBatch, temperature: float, with_entro
     return logprobs, (grpo.entropy_from_logits(logits) if with_entropy else None)
 
 
-def _slice(batch: RolloutBatch, rows: slice) -> RolloutBatch:
-    return RolloutBatch(batch.input_ids[rows], batch.attention_mask[rows], batch.response_mask[rows],
-                        batch.logprobs[rows], batch.prompt_lengths[rows], batch.prompt_width)
-
-
-def _all_reduce(values: list[float], group=None, op=dist.ReduceOp.SUM) -> list[float]:
-    tensor = torch.tensor(values, dtype=torch.float64)
-    dist.all_reduce(tensor, op=op, group=group)
-    return tensor.tolist()
-
-
-class MegatronGRPOTrainer:
+class MegatronGRPOTrainer(GRPOLoop):
     def __init__(self, config: MegatronTrainConfig):
         from megatron.core import parallel_state as ps
 
@@ -98,9 +84,6 @@ class MegatronGRPOTrainer:
         self.tp_rank, self.tp_group = ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_group()
         self.dp_rank, self.dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
         self.dp_group = ps.get_data_parallel_group()
-        if config.batch_prompts % self.dp_size:
-            raise ValueError(f"batch_prompts={config.batch_prompts} does not split over "
-                             f"{self.dp_size} data-parallel ranks")
         self.ep_rank = ps.get_expert_model_parallel_rank()
         self.groups = Groups.from_megatron()
         self.shim = cpu_shim_for(self.plan).install(seed=config.seed, tp_rank=self.tp_rank, ep_rank=self.ep_rank)
@@ -114,11 +97,7 @@ class MegatronGRPOTrainer:
             self.kernel_shim.remove()
             raise
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        self.loss_config = grpo.LossConfig(config.clip_eps, config.clip_eps_high or config.clip_eps,
-                                           config.loss_agg, config.kl_coef, config.kl_estimator)
-        path = config.metrics if self.rank == 0 else (f"{config.metrics}.rank{self.rank}"
-                                                     if config.metrics and config.metrics_all_ranks else None)
-        self.writer = MetricsWriter(path)
+        self.start()
 
     def _build_models(self) -> None:
         config = self.config
@@ -156,104 +135,28 @@ class MegatronGRPOTrainer:
                                      self.config.ep, self.ep_rank)
         return model
 
-    def _prompts(self, step: int) -> tuple[list[list[int]], list[int]]:
-        """This data-parallel rank's share, each prompt repeated group_size times, and each row's seed."""
+    def response_logprobs(self, model, batch: RolloutBatch, with_entropy: bool = False):
+        return response_logprobs(model, batch, self.config.temperature, with_entropy)
+
+    def apply_gradients(self, loss: torch.Tensor) -> float:
+        loss.backward()
+        zero_padding_row(self.policy, self.padding_idx)
+        reduce_gradients(self.policy, self.groups)
+        norm = clip_grad_norm(self.policy, self.config.max_grad_norm, self.groups)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def export_weights(self) -> dict:
+        return bridge.gather_hf_state(self.policy, self.hf_config)
+
+    def backend_record(self, step: int) -> dict:
         c = self.config
-        prompts = self.task.prompts(c.batch_prompts, random.Random(c.seed * 1_000_003 + step))
-        share = c.batch_prompts // self.dp_size
-        rows, seeds = [], []
-        for index in range(self.dp_rank * share, (self.dp_rank + 1) * share):
-            for sample in range(c.group_size):
-                rows.append(prompts[index])
-                seeds.append(((c.seed * 1_000_003 + step) * 10_007 + index) * 101 + sample)
-        return rows, seeds
-
-    def rollout_step(self, step: int):
-        c = self.config
-        prompts, seeds = self._prompts(step)
-        batch = self.rollout.generate(prompts, c.max_new_tokens, c.temperature, seeds)
-        rewards = torch.tensor([self.task.reward(p, r) for p, r in zip(prompts, batch.responses())],
-                               dtype=torch.float32)
-        return batch, rewards, grpo.group_advantages(rewards, c.group_size).to(self.device)
-
-    def update(self, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
-        c = self.config
-        rows = batch.input_ids.shape[0]
-        if rows % c.mini_batches:
-            raise ValueError(f"{rows} rows per rank do not split into {c.mini_batches} mini-batches")
-        size = rows // c.mini_batches
-        old_logprobs = ref_logprobs = None
-        with torch.no_grad():
-            if c.mini_batches * c.ppo_epochs > 1:  # later mini-batches are off-policy: keep the old log-probs
-                old_logprobs, _ = response_logprobs(self.policy, batch, c.temperature)
-            if self.reference is not None:
-                ref_logprobs, _ = response_logprobs(self.reference, batch, c.temperature)
-        sums = dict.fromkeys(("loss", "kl", "entropy", "clip", "tokens", "grad_norm", "logprob_diff"), 0.0)
-        updates = 0
-        for _epoch in range(c.ppo_epochs):
-            for start in range(0, rows, size):
-                part = slice(start, start + size)
-                mini = _slice(batch, part)
-                logprobs, entropy = response_logprobs(self.policy, mini, c.temperature, with_entropy=True)
-                old = old_logprobs[part] if old_logprobs is not None else logprobs.detach()
-                mask = mini.response_mask
-                local_count = float(mask.sum()) if c.loss_agg == "token-mean" else float(mask.shape[0])
-                global_count, = _all_reduce([local_count], self.dp_group)
-                loss, stats = grpo.policy_loss(logprobs, old, advantages[part], mask, self.loss_config,
-                                               ref_logprobs[part] if ref_logprobs is not None else None,
-                                               denominator=max(global_count, 1.0) / self.dp_size)
-                loss.backward()
-                zero_padding_row(self.policy, self.padding_idx)
-                reduce_gradients(self.policy, self.groups)
-                sums["grad_norm"] += clip_grad_norm(self.policy, c.max_grad_norm, self.groups)
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                tokens = stats["tokens"]
-                sums["loss"] += float(loss.detach())
-                sums["kl"] += stats["kl"] * tokens
-                sums["entropy"] += float((entropy.detach() * mask).sum())
-                sums["clip"] += stats["clip_fraction"] * tokens
-                sums["tokens"] += tokens
-                if updates == 0:  # before any update: engine and trainer see the same weights
-                    sums["logprob_diff"] = float(((logprobs.detach() - mini.logprobs) * mask).abs().max())
-                updates += 1
-        loss_sum, kl, entropy, clip, tokens = _all_reduce(
-            [sums["loss"], sums["kl"], sums["entropy"], sums["clip"], sums["tokens"]], self.dp_group)
-        diff, = _all_reduce([sums["logprob_diff"]], None, dist.ReduceOp.MAX)
-        return {"loss": loss_sum / (self.dp_size * updates), "kl": kl / max(tokens, 1.0),
-                "entropy": entropy / max(tokens, 1.0), "clip_fraction": clip / max(tokens, 1.0),
-                "grad_norm": sums["grad_norm"] / updates, "response_tokens": tokens / c.ppo_epochs,
-                "logprob_diff_max": diff, "updates": updates}
-
-    def sync_rollout_weights(self) -> None:
-        self.rollout.sync_weights(bridge.gather_hf_state(self.policy, self.hf_config))
-
-    def step(self, step: int) -> dict:
-        started = time.perf_counter()
-        batch, rewards, advantages = self.rollout_step(step)
-        rollout_seconds = time.perf_counter() - started
-        started = time.perf_counter()
-        stats = self.update(batch, advantages)
-        update_seconds = time.perf_counter() - started
-        started = time.perf_counter()
-        self.sync_rollout_weights()
-        sync_seconds = time.perf_counter() - started
-        count, total, squares = _all_reduce([float(rewards.numel()), float(rewards.sum()),
-                                             float((rewards.double() ** 2).sum())], self.dp_group)
-        mean = total / count
-        record = {"step": step, "reward_mean": mean, "reward_std": max(squares / count - mean * mean, 0.0) ** 0.5,
-                  **stats, "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,
-                  "sync_seconds": sync_seconds, "rank": self.rank, "world_size": self.world,
-                  "backend": "megatron", "bridge": self.bridge, "variant": self.config.variant,
-                  "tp": self.config.tp, "ep": self.config.ep, "dp": self.dp_size,
-                  "cpu_shim": bool(self.shim.installed), **self.kernel_shim.record()}
+        record = {"backend": "megatron", "bridge": self.bridge, "variant": c.variant, "tp": c.tp, "ep": c.ep,
+                  "dp": self.dp_size, "cpu_shim": bool(self.shim.installed), **self.kernel_shim.record()}
         if step == 0:
             record["bridge_support"] = self.bridge_support
-        self.writer.write(record)
         return record
-
-    def train(self) -> list[dict]:
-        return [self.step(step) for step in range(self.config.steps)]
 
     def close(self) -> None:
         self.rollout.close()
