@@ -51,7 +51,7 @@ def build_tokenizer(vocab_size: int = 128):
 
 
 def step_prompts(task, seed: int, steps: int, batch_prompts: int) -> list[list[int]]:
-    """The prompts our trainer draws at each step (trainers.fsdp.train._prompts), in order."""
+    """The prompts our trainer draws at each step (trainers.grpo_loop.GRPOLoop._prompts), in order."""
     prompts = []
     for step in range(steps):
         prompts += task.prompts(batch_prompts, random.Random(seed * 1_000_003 + step))
