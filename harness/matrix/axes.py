@@ -17,7 +17,14 @@ PACKAGE_AXES: dict[str, str] = {
     "tensordict": "tensordict",
     "megatron_core": "megatron-core",
     "mbridge": "mbridge",
+    "megatron_bridge": "megatron-bridge",
 }
+
+# The interpreter a cell's environment is built on ("3.12" or "3.12.1"), found on the runner
+# (harness/envs/interpreters.py). Rules compare it as a version, like a package axis.
+PYTHON_AXIS = "python"
+PYTHON_RE = re.compile(r"^3\.\d{1,2}(\.\d{1,3})?$")  # what uv's --python gets: a version, never an option
+VERSION_AXES = (*PACKAGE_AXES, PYTHON_AXIS)  # axes whose rules take PEP 440 specifiers
 
 # axis -> allowed values.
 CHOICE_AXES: dict[str, tuple[str, ...]] = {
@@ -29,7 +36,7 @@ CHOICE_AXES: dict[str, tuple[str, ...]] = {
 # Free-form axes: a container image reference.
 IMAGE_AXIS = "image"
 
-ALL_AXES: tuple[str, ...] = ("backend", "model", "device", IMAGE_AXIS, *PACKAGE_AXES)
+ALL_AXES: tuple[str, ...] = ("backend", "model", "device", IMAGE_AXIS, *PACKAGE_AXES, PYTHON_AXIS)
 
 # Short prefixes used in cell ids, in id order (after backend and model).
 ID_PREFIX: dict[str, str] = {
@@ -41,6 +48,8 @@ ID_PREFIX: dict[str, str] = {
     "tensordict": "td",
     "megatron_core": "mcore",
     "mbridge": "mbridge",
+    "megatron_bridge": "mgbridge",
+    PYTHON_AXIS: "py",  # only in cells that name their interpreter: other cells' ids stay as they were
 }
 
 # A container image reference: registry/name:tag or @sha256 digest; no spaces, no shell syntax.

@@ -22,7 +22,6 @@ from harness.errors import InputError
 from . import axes as ax
 from .rules import KnownFailure, Note, RuleError, Selector, TagRule
 
-PYTHON_RE = re.compile(r"^3\.\d{1,2}(\.\d{1,3})?$")  # what uv's --python gets: a version, never an option
 TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "runners", "known_failures", "notes"}
 MATRIX_KEYS = {"name", "description", "checks", "timeout", "runner", "python", "memory_limit_mb"}
 RULE_KEYS = {"tags": {"tag", "when"}, "runners": {"label", "when"},
@@ -39,6 +38,7 @@ class Cell:
     known_failures: tuple[KnownFailure, ...] = ()
     runner: str = ""  # the CI runner label this cell needs (matrix default, or a [[runners]] rule)
     extra_requirements: tuple[str, ...] = ()  # undeclared dependencies of the pins (from [[include]])
+    python: str | None = None  # the interpreter version it names (axis, else [matrix] python); None: the harness's
 
     @property
     def requirements(self) -> list[str]:
@@ -131,6 +131,10 @@ class _Loader:
                                             f"like 5.3.0)") from None
                 if str(version) != value and value.lower() != str(version):
                     raise self.error(where, f"{value!r} is not in normal form; write {str(version)!r}")
+        elif axis == ax.PYTHON_AXIS:
+            bad = [v for v in values if not ax.PYTHON_RE.match(v)]
+            if bad:
+                raise self.error(where, f"{bad[0]!r} is not a Python version like \"3.12\" or \"3.12.1\"")
         elif axis == ax.IMAGE_AXIS:
             bad = [v for v in values if not ax.IMAGE_RE.match(v)]
             if bad:
@@ -213,7 +217,7 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
     if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0):
         raise ld.error("matrix.timeout", "expected a positive number of seconds")
     python = meta.get("python")
-    if python is not None and (not isinstance(python, str) or not PYTHON_RE.match(python)):
+    if python is not None and (not isinstance(python, str) or not ax.PYTHON_RE.match(python)):
         raise ld.error("matrix.python", 'expected a Python version such as "3.11" or "3.11.7"')
     memory = meta.get("memory_limit_mb")
     if memory is not None and (not isinstance(memory, int) or isinstance(memory, bool) or memory < 256):
@@ -223,6 +227,8 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
     for axis in ("backend", "model", "device"):
         if axis not in base:
             raise ld.error(f"axes.{axis}", "missing; every matrix names its backend, model and device")
+    if python is not None and ax.PYTHON_AXIS in base:
+        raise ld.error("matrix.python", "unused: [axes] python names every cell's interpreter; keep one of the two")
     products = [(base, ())]
     for i, entry in enumerate(ld.rules(data, "include")):
         entry = dict(entry)
@@ -241,6 +247,12 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
                 added += 1
         if index and not added:  # products[0] is [axes]; an include that adds nothing is a mistake
             raise ld.error(f"include[{index - 1}]", "adds no cell: every combination it names is already in the matrix")
+
+    defaulted = set()  # rules see [matrix] python as the interpreter of cells that name none; their ids do not
+    for cid, axes in combos.items():
+        if python is not None and ax.PYTHON_AXIS not in axes:
+            axes[ax.PYTHON_AXIS] = python
+            defaulted.add(cid)
 
     for i, entry in enumerate(ld.rules(data, "exclude")):
         selector = ld.selector(entry, f"exclude[{i}]")
@@ -272,8 +284,10 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         tags = {name, axes["backend"], axes["model"], axes["device"]}
         tags |= {r.tag for r in tag_rules if r.when.matches(axes)}
         runner = next((r.tag for r in reversed(runner_rules) if r.when.matches(axes)), default_runner)
-        cells.append(Cell(name, cid, axes, tuple(sorted(tags)), tuple(checks),
-                          tuple(k for k in known if k.when.matches(axes)), runner, extra_for[cid]))
+        named = {a: v for a, v in axes.items() if a != ax.PYTHON_AXIS or cid not in defaulted}
+        cells.append(Cell(name, cid, named, tuple(sorted(tags)), tuple(checks),
+                          tuple(k for k in known if k.when.matches(axes)), runner, extra_for[cid],
+                          axes.get(ax.PYTHON_AXIS)))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
                   default_runner, meta.get("python"), memory, cells, notes)
 

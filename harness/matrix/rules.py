@@ -1,7 +1,7 @@
 """Selectors over cells: `{axis: specifier}` tables used by exclude, tags and known failures.
 
-A package axis takes a PEP 440 specifier set (">=5.2,<5.9", "==2.13.0"); a choice or image
-axis takes a value or a list of values. A selector matches a cell when every key matches.
+A package axis or `python` takes a PEP 440 specifier set (">=5.2,<5.9", "==2.13.0", ">=3.12"); a
+choice or image axis takes a value or a list of values. A selector matches a cell when every key matches.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from .axes import ALL_AXES, CHOICE_AXES, PACKAGE_AXES
+from .axes import ALL_AXES, CHOICE_AXES, VERSION_AXES
 
 
 class RuleError(ValueError):
@@ -32,7 +32,7 @@ class Selector:
         for axis, value in table.items():
             if axis not in ALL_AXES:
                 raise RuleError(f"{where}.{axis}: unknown axis; expected one of {', '.join(ALL_AXES)}")
-            if axis in PACKAGE_AXES:
+            if axis in VERSION_AXES:
                 if not isinstance(value, str):
                     raise RuleError(f"{where}.{axis}: expected a version specifier string like '>=5.2,<5.9'")
                 text = value if value[:1] in "<>=!~" else f"=={value}"
