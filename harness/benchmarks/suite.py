@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from harness import matrix
-from harness.envs import cellenv, envinfo, pipconfig
+from harness.envs import cellenv, envinfo
 from harness.results.records import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
@@ -48,7 +48,7 @@ def unshared_bytes(path: Path) -> int:
 
 def bench_environments(pins: list[str], work: Path) -> dict:
     uv = cellenv.uv_binary()
-    uv_env = {**os.environ, **pipconfig.uv_environment()}
+    uv_env = cellenv.uv_process_env()
     figures: dict = {"pins": pins}
     cold_cache = {**uv_env, "UV_CACHE_DIR": str(work / "uv-cache-cold")}
     for label, env in (("uv_cold_cache_s", cold_cache), ("uv_new_env_warm_cache_s", uv_env)):

@@ -70,6 +70,15 @@ class CellEnv:
         return env
 
 
+def uv_process_env() -> dict[str, str]:
+    """The environment every uv call of the harness runs in: pip's settings forwarded, no active
+    virtualenv, and never a Python download (cells give uv an interpreter by path, found by
+    `interpreters`; a download cannot succeed on these runners and must not be tried)."""
+    env = {**os.environ, **pipconfig.uv_environment(), "UV_PYTHON_DOWNLOADS": "never"}
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
 def _fingerprint(requirements: list[str], python: str) -> str:
     return hashlib.sha256(json.dumps([sorted(requirements), python]).encode()).hexdigest()[:16]
 
@@ -84,14 +93,13 @@ def _run_logged(argv: list[str], log, env: dict[str, str]) -> None:
 
 def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
           python: str | None = None) -> CellEnv:
-    """Create or reuse the environment of one cell; raise SetupFailed with the log's tail."""
+    """Create or reuse the environment of one cell on the interpreter at path `python` (default: the
+    harness's own); raise SetupFailed with the log's tail."""
     python = python or sys.executable
     env = CellEnv(Path(env_root) / cell_id)
     wanted = {"requirements": sorted(requirements + list(HARNESS_NEEDS)),
               "fingerprint": _fingerprint(requirements, python)}
-    uv = uv_binary()
-    uv_env = {**os.environ, **pipconfig.uv_environment()}
-    uv_env.pop("VIRTUAL_ENV", None)
+    uv, uv_env = uv_binary(), uv_process_env()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
@@ -111,9 +119,7 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
 def build_from_lock(name: str, lock: Path, env_root: Path, log_path: Path, python: str | None = None) -> CellEnv:
     """An environment with exactly the packages of a recorded lock (`uv pip sync`), for repro."""
     env = CellEnv(Path(env_root) / name)
-    uv = uv_binary()
-    uv_env = {**os.environ, **pipconfig.uv_environment()}
-    uv_env.pop("VIRTUAL_ENV", None)
+    uv, uv_env = uv_binary(), uv_process_env()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
@@ -129,7 +135,7 @@ def build_from_lock(name: str, lock: Path, env_root: Path, log_path: Path, pytho
 def freeze(env: CellEnv) -> str:
     """The resolved lock of the environment (`uv pip freeze`), for the report and for repro."""
     done = subprocess.run([uv_binary(), "pip", "freeze", "--python", str(env.python)], capture_output=True,
-                          text=True, check=False, env={**os.environ, **pipconfig.uv_environment()})
+                          text=True, check=False, env=uv_process_env())
     if done.returncode != 0:
         raise SetupFailed(f"uv pip freeze failed: {done.stderr.strip()[-500:]}")
     return done.stdout

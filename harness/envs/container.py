@@ -149,7 +149,8 @@ def run_args(cell, matrix, opts, image: Image, environ: dict[str, str] | None = 
     for path in shared_paths:
         mounts.append(Mount(path, path, type="bind", read_only=True))  # same path: the settings name it
     env = {"PYTHONPATH": _pythonpath(environ), "PYTHONPYCACHEPREFIX": f"{ENVS}/pycache", "HOME": "/tmp",
-           "UV_CACHE_DIR": f"{ENVS}/uv-cache", "OMP_NUM_THREADS": environ.get("OMP_NUM_THREADS", "1"),
+           "UV_CACHE_DIR": f"{ENVS}/uv-cache", "UV_PYTHON_DOWNLOADS": "never",  # the image's own Python only
+           "OMP_NUM_THREADS": environ.get("OMP_NUM_THREADS", "1"),
            "HARNESS_IMAGE": image.ref, "HARNESS_IMAGE_ID": image.id, "HARNESS_IMAGE_DIGEST": image.digest,
            "HARNESS_IMAGE_REPO_DIGESTS": ",".join(image.repo_digests), "HARNESS_REVISION": project_revision() or "",
            **package_env, **{k: environ[k] for k in FORWARD if k in environ}}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import checks
-from harness.envs import cellenv, container
+from harness.envs import cellenv, container, interpreters
 from harness.matrix import Cell, Matrix
 from harness.results.records import (
     CellResult,
@@ -124,10 +124,17 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
                         setup_log=str(rel / "logs" / "setup.log"))
     setup_log = opts.out_dir / result.setup_log
     setup_log.unlink(missing_ok=True)
+    try:
+        python = interpreters.find(cell.python).path if cell.python else None
+    except interpreters.InterpreterMissing as exc:  # this runner lacks it; one that has it runs the cell next time
+        reason = str(exc)
+        result.checks = combine_checks(wanted, kept, lambda name: CheckResult(
+            name, Status.SKIP, reason, failure_class="infra"))
+        return _finish(result, opts, start)
     env, attempts, failure = None, [], "infra"
     for _ in range(opts.retries + 1):
         try:
-            env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, matrix.python)
+            env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, python)
             write_text_atomic(cell_dir / "lock.txt", cellenv.freeze(env))
             break
         except cellenv.SetupFailed as exc:
@@ -145,8 +152,12 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
         result.lock = str(rel / "lock.txt")
         result.environment = _capture(env, opts)
         result.checks = combine_checks(wanted, kept, lambda name: _one_check(name, cell, matrix, env, opts, rel))
+    return _finish(result, opts, start)
+
+
+def _finish(result: CellResult, opts: RunOptions, start: float) -> CellResult:
     result.finished, result.duration = now(), round(time.perf_counter() - start, 3)
-    write_json_atomic(cell_path(opts.out_dir, cell.id), result.to_dict())
+    write_json_atomic(cell_path(opts.out_dir, result.cell_id), result.to_dict())
     return result
 
 

@@ -6,8 +6,8 @@ import re
 import shlex
 from pathlib import Path
 
-from harness.envs import cellenv
-from harness.errors import InputError
+from harness.envs import cellenv, interpreters
+from harness.errors import EnvironmentMissing, InputError
 from harness.execution import runner
 from harness.results.records import CheckResult, load_cell
 
@@ -42,7 +42,13 @@ def repro(cell_id: str, check: str, search: list[Path], env_root: Path, timeout:
     if not cell.lock or not (report_dir / cell.lock).is_file():
         raise InputError(f"{path}: no lock file recorded for cell {cell_id} (its environment never installed)")
     work = env_root.parent / "repro" / cell_id
-    env = cellenv.build_from_lock(cell_id, report_dir / cell.lock, env_root, work / "setup.log")
+    # The lock was resolved on the cell's interpreter: rebuild on the same minor version.
+    wanted = cell.axes.get("python") or ".".join(str(cell.environment.get("python", "")).split(".")[:2])
+    try:
+        python = interpreters.find(wanted).path if wanted else None
+    except interpreters.InterpreterMissing as exc:
+        raise EnvironmentMissing(str(exc)) from None
+    env = cellenv.build_from_lock(cell_id, report_dir / cell.lock, env_root, work / "setup.log", python)
     args = ["--model", cell.axes.get("model", "text"), "--backend", cell.axes.get("backend", "fsdp")]
     return runner.run_isolated(env.python, check, args, work / f"{check}.log", timeout,
                                env.run_env({"HARNESS_DEVICE": cell.axes.get("device", "cpu")}))
