@@ -223,3 +223,19 @@ def test_a_cell_on_python_3_12_builds_and_runs_and_a_missing_python_is_a_skip(tm
     assert check["failure_class"] == "infra"  # a runner that has it runs the cell next time
     assert not (envs / "fsdp-text-py3.95").exists()
     assert os.path.getsize(out / "cells" / "fsdp-text-py3.95.json") > 0
+
+
+def test_repro_rebuilds_on_the_cells_interpreter_and_exits_3_without_it(tmp_path):
+    from harness.results.records import CellResult, write_json_atomic
+
+    cell = CellResult("py", "fsdp-text-py3.95", {"backend": "fsdp", "model": "text", "device": "cpu",
+                                                 "python": "3.95"}, lock="cells/fsdp-text-py3.95/lock.txt")
+    write_json_atomic(tmp_path / "out" / "cells" / "fsdp-text-py3.95.json", cell.to_dict())
+    (tmp_path / "out" / cell.lock).parent.mkdir(parents=True)
+    (tmp_path / "out" / cell.lock).write_text("packaging==24.2\n")
+    done = subprocess.run([sys.executable, "-m", "harness", "repro", cell.cell_id, "--check", "stack-smoke", "--dir",
+                           str(tmp_path / "out"), "--env-root", str(tmp_path / "envs")], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("\n") == 1 and "Python 3.95 is not on this runner" in done.stderr
+    assert not (tmp_path / "envs").exists()
