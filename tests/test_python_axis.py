@@ -239,3 +239,13 @@ def test_repro_rebuilds_on_the_cells_interpreter_and_exits_3_without_it(tmp_path
     assert done.returncode == 3, done.stderr
     assert done.stderr.count("\n") == 1 and "Python 3.95 is not on this runner" in done.stderr
     assert not (tmp_path / "envs").exists()
+
+
+def test_bisect_cells_keep_the_templates_interpreter(tmp_path):
+    from packaging.version import Version
+
+    from harness.trust.bisect import cell_for
+
+    template = load_text(tmp_path, BASE + INCLUDE_312).cells[1]
+    probe = cell_for(template, "transformers", Version("5.9.0"))
+    assert probe.id == "megatron-text-tf5.9.0-torch2.13.0-mcore0.19.2-py3.12" and probe.python == "3.12"

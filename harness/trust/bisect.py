@@ -97,7 +97,7 @@ def bisect(versions: list[Version], verdict_of: Callable[[Version], str], packag
 def cell_for(template: Cell, axis: str, version: Version) -> Cell:
     axes_values = {**template.axes, axis: str(version)}
     return Cell(template.matrix, ax.cell_id(axes_values), axes_values, template.tags, template.checks,
-                template.known_failures, template.runner)
+                template.known_failures, template.runner, python=template.python)
 
 
 def verdict_text(result: CellResult, check: str, verdict: str | None) -> str:
