@@ -3,8 +3,8 @@
 uv fetches a managed Python when it cannot find the version it is asked for, and no download can
 succeed on these runners; pyenv's shims (`python3.12`) refuse to run unless that version is
 selected. So the harness finds a real interpreter itself and gives uv its path: the harness's own
-interpreter, `pythonX.Y` on PATH, or a pyenv installation (`$(pyenv root)/versions/*`). Every
-candidate is run once to read its version, so a refusing shim is passed over, not trusted.
+interpreter, `pythonX.Y` on PATH, or a pyenv installation (`$(pyenv root)/versions/*`, read without
+running pyenv). Every candidate is run once to read its version, so a refusing shim is passed over.
 """
 from __future__ import annotations
 
@@ -47,17 +47,8 @@ def version_of(path: str | Path) -> str | None:
 
 
 def pyenv_roots(environ: dict[str, str]) -> list[Path]:
-    """Where pyenv keeps its versions: $PYENV_ROOT, `pyenv root`, then ~/.pyenv."""
-    roots = [environ["PYENV_ROOT"]] if environ.get("PYENV_ROOT") else []
-    pyenv = shutil.which("pyenv", path=environ.get("PATH"))
-    if pyenv:
-        try:
-            done = subprocess.run([pyenv, "root"], capture_output=True, text=True, timeout=30, check=False)
-            roots.append(done.stdout.strip() if done.returncode == 0 else "")
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    if environ.get("HOME"):
-        roots.append(str(Path(environ["HOME"]) / ".pyenv"))
+    """Where pyenv keeps its versions (what `pyenv root` answers): $PYENV_ROOT, and ~/.pyenv."""
+    roots = [environ.get("PYENV_ROOT", ""), str(Path(environ["HOME"]) / ".pyenv") if environ.get("HOME") else ""]
     return [Path(r) for r in dict.fromkeys(r for r in roots if r)]
 
 
