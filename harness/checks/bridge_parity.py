@@ -19,10 +19,12 @@ SKIP where megatron-core or Qwen3.5 is not installed.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -57,7 +59,14 @@ def _launch(job: str, options: CheckOptions, work: Path, broken: str | None) -> 
                                                   "--nproc-per-node", str(ranks)]
     log = open(work / f"{job}.log", "w", encoding="utf-8")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(prefix + worker, stdout=log, stderr=subprocess.STDOUT, env=env)
+    # Its own session, so a timeout kills torchrun's ranks too, not only the launcher (they outlived it).
+    return subprocess.Popen(prefix + worker, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def _log_tail(path: Path) -> str:
@@ -131,14 +140,18 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     started = time.perf_counter()
     processes = {job: _launch(job, options, work, broken) for job in jobs}
     results: dict[str, dict] = {}
-    for job, process in processes.items():
-        try:
-            process.wait(timeout=max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        path = work / f"{job}.json"
-        results[job] = json.loads(path.read_text()) if process.returncode == 0 and path.exists() else {}
+    try:
+        for job, process in processes.items():
+            try:
+                process.wait(timeout=max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
+            except subprocess.TimeoutExpired:
+                _kill_group(process)
+            path = work / f"{job}.json"
+            results[job] = json.loads(path.read_text()) if process.returncode == 0 and path.exists() else {}
+    finally:  # the check itself stopped (timeout, signal): no rank may outlive it
+        for process in processes.values():
+            if process.poll() is None:
+                _kill_group(process)
     verdicts = [parity_verdict(f"{case}-{job}", results[job].get(case), work / f"{job}.log")
                 for job in jobs for case in JOBS[job][2].split(",")]
     if "tp1" in jobs:
