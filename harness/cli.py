@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness import checks, matrix
 from harness.envs import devices
-from harness.errors import HarnessError, InputError, NewFailures
+from harness.errors import BaselineChanged, HarnessError, InputError, NewFailures
 from harness.execution import runner
 from harness.matrix import index
 from harness.plans import command as plan_command
@@ -70,11 +70,15 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="render the support table of a results directory")
     rep.add_argument("dir", type=Path)
-    rep.add_argument("--format", choices=("md", "html", "json"), default=None,
-                     help="print one format to stdout instead of writing report.{md,html,json}")
+    rep.add_argument("--format", choices=("md", "html", "json", "junit", "support"), default=None,
+                     help="print one format to stdout instead of writing every format into DIR")
     rep.add_argument("--previous", type=Path, default=None, metavar="OLD_DIR",
                      help="compare with a previous results directory (e.g. a downloaded CI artifact)")
     rep.add_argument("--fail-on-new", action="store_true", help="exit 5 when there are new failures")
+    rep.add_argument("--baseline", type=Path, default=None, metavar="FILE",
+                     help="exit 6 when a (cell, check) status differs from this committed baseline")
+    rep.add_argument("--write-baseline", type=Path, default=None, metavar="FILE",
+                     help="write DIR's (cell, check) statuses as the baseline FILE")
 
     sub.add_parser("envinfo", help="print this environment's capture as JSON")
 
@@ -203,10 +207,9 @@ def cmd_report(args) -> int:
         compare_with,
         load_results,
         read_run_info,
+        render,
         render_report,
-        to_html,
         to_json,
-        to_markdown,
     )
     from harness.results.compare import new_failures
 
@@ -227,14 +230,37 @@ def cmd_report(args) -> int:
         report = build_report(cells, title=info.get("title", ""), notes=info.get("notes", []),
                               problems=[*problems, *info_problems, *previous_problems],
                               changes=None if changes is None else {(c.cell_id, c.check): c.kind for c in changes})
-        out = {"md": to_markdown, "html": to_html}.get(args.format)
-        print(out(report) if out else json.dumps(to_json(report), indent=1))
+        print(json.dumps(to_json(report), indent=1) if args.format == "json" else render(report, args.format),
+              end="" if args.format != "json" else "\n")
+    _baseline(args)
     fresh = new_failures(changes or [])
     if fresh:
         print(f"{len(fresh)} new failures: " + ", ".join(f"{c.cell_id} {c.check}" for c in fresh[:10]), file=sys.stderr)
         if args.fail_on_new:
             raise NewFailures(f"{len(fresh)} new failures against {args.previous}")
     return 0
+
+
+def _baseline(args) -> None:
+    """--write-baseline, then --baseline: exit 6 naming every (cell, check) that differs."""
+    if args.baseline is None and args.write_baseline is None:
+        return
+    from harness.report import load_results
+    from harness.report.baseline import differences, read_baseline, write_baseline
+
+    cells, _ = load_results(args.dir)
+    if args.write_baseline is not None:
+        write_baseline(args.write_baseline, cells, f"python -m harness report {args.dir} --write-baseline "
+                                                   f"{args.write_baseline}")
+        print(f"wrote {args.write_baseline}", file=sys.stderr)
+    if args.baseline is not None:
+        found = differences(read_baseline(args.baseline), cells)
+        for difference in found:
+            print(f"baseline: {difference}", file=sys.stderr)
+        if found:
+            raise BaselineChanged(f"{len(found)} verdicts differ from {args.baseline}: " + "; ".join(
+                map(str, found[:5])) + (" ..." if len(found) > 5 else "") + "; if intended, rewrite it with "
+                f"--write-baseline {args.baseline} and commit it")
 
 
 def cmd_envinfo(args) -> int:

@@ -28,3 +28,9 @@ class NewFailures(HarnessError):
     """Raised by `report --fail-on-new` when a run has new failures; exit 5."""
 
     exit_code = 5
+
+
+class BaselineChanged(HarnessError):
+    """Raised by `report --baseline FILE` when a verdict differs from the committed baseline; exit 6."""
+
+    exit_code = 6

@@ -22,6 +22,7 @@ from harness.report import (
     to_markdown,
     write_report,
 )
+from harness.report.support import STATUS_LETTERS
 from harness.report.synthetic import synthetic_cells
 from harness.report.table import STATUS_SYMBOLS, pass_ranges
 from harness.results.records import CellResult, CheckResult, Status, Verdict, write_json_atomic
@@ -42,8 +43,8 @@ def test_rows_sort_versions_numerically_and_axes_in_order():
     report = build_report(cells)
     assert report.axes == ["device", "torch", "transformers", "tensordict"]
     assert [r.axes[2] for r in report.rows] == ["5.2.0", "5.9.0", "5.10.0"]  # not "5.10.0" < "5.2.0"
-    md_rows = [line for line in to_markdown(report).splitlines() if line.startswith("| cpu")]
-    assert [line.split(" | ")[2] for line in md_rows] == ["5.2.0", "5.9.0", "5.10.0"]
+    md_rows = [line for line in to_markdown(report).splitlines() if line.startswith("| 5.")]
+    assert [line.split(" | ")[0][2:] for line in md_rows] == ["5.2.0", "5.9.0", "5.10.0"]
 
 
 def test_columns_are_backend_model_check_pairs_present_in_the_data():
@@ -101,7 +102,8 @@ def test_legend_and_summary_list_every_status():
     md, html = to_markdown(report), to_html(report)
     for status in statuses:
         assert f"- {STATUS_SYMBOLS[status]} **{status.value}**:" in md
-        assert f"{STATUS_SYMBOLS[status]} <strong>{status.value}</strong>" in unescape(html)
+        assert f'<span class="m s-{status.value}" aria-hidden="true">{STATUS_LETTERS[status]}</span> {status.value}: ' \
+            in html
         assert f"{STATUS_SYMBOLS[status]} {status.value}: 1" in md
 
 
@@ -159,15 +161,18 @@ def test_pass_range_single_run_and_cell_without_checks_counts_as_failing():
 def test_markdown_size_cap_cuts_rows_and_points_to_the_full_report():
     report = build_report(synthetic_cells(600, seed=1))
     full = to_markdown(report, max_bytes=50_000_000)
-    assert "rows were cut" not in full
+    assert "rows were cut" not in full and full.count("<details>") == len(report.rows)
+    first = to_markdown(report, max_bytes=150_000)  # the compact table fits; details are cut first
+    assert "rows were cut" not in first and f"Details of {len(report.rows)} more rows are in report.html" in first
     for cap in (150_000, 20_000, 3_000, 400):
         md = to_markdown(report, max_bytes=cap)
         assert len(md.encode("utf-8")) < cap
         assert "report.html" in md
-    md = to_markdown(report, max_bytes=150_000)
+    md = to_markdown(report, max_bytes=40_000)
     match = re.search(r"\*\*(\d+) of (\d+) rows were cut\*\*", md)
     assert match and int(match.group(2)) == len(report.rows)
     shown = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| device")]
+    assert len(shown) == len(report.rows) - int(match.group(1))
     assert len(shown) + int(match.group(1)) == len(report.rows)
     assert all(line.endswith(" |") for line in shown)  # no row is cut in the middle
 
@@ -229,7 +234,7 @@ def test_corrupt_truncated_and_wrong_schema_files_become_problems(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "## Problems" in md and "cells/truncated.json" in md
     assert "cells/truncated.json" in (tmp_path / "report.html").read_text()
-    assert [p.name for p in paths] == ["report.md", "report.html", "report.json"]
+    assert [p.name for p in paths] == ["report.md", "report.html", "report.json", "report.junit.xml", "support.json"]
 
 
 def test_write_report_writes_files_atomically_with_run_info(tmp_path):
@@ -237,7 +242,7 @@ def test_write_report_writes_files_atomically_with_run_info(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({"matrix": "cpu", "title": "CPU matrix", "generated_by": "h 0.1",
                                                    "notes": ["from run", {"text": "matrix note", "cells": ["a"]}]}))
     paths = write_report(tmp_path, notes=["from caller"])
-    assert {p.name for p in paths} == {"report.md", "report.html", "report.json"}
+    assert {p.name for p in paths} == {"report.md", "report.html", "report.json", "report.junit.xml", "support.json"}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
     md = (tmp_path / "report.md").read_text()
     assert md.startswith("# CPU matrix") and "- from run" in md and "- from caller" in md

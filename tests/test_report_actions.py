@@ -33,7 +33,7 @@ def test_new_failures_come_first_and_gate_ci(tmp_path):
     paths, changes = render_report(new, previous=old)
     assert [c.kind for c in changes][0] == "new failure"
     md = (new / "report.md").read_text()
-    table = md[md.index("## Support table"):]
+    table = md[md.index("| transformers"):]
     assert table.index("5.9.0") < table.index("5.3.0")  # the row with the new failure first
     assert "NEW FAILURE" in md and "Changes since the previous run" in md
     assert "repro: python -m harness repro fsdp-text-tf5.9.0-torch2.13.0 --check stack-smoke" in md

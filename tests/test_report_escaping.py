@@ -9,6 +9,7 @@ import pytest
 
 from harness.report import build_report, to_html, to_json, to_markdown
 from harness.report.markdown import md_text
+from harness.report.support import varying_axes
 from harness.report.synthetic import HOSTILE_LINKS, HOSTILE_MESSAGES, synthetic_cells
 from harness.report.table import safe_link
 from harness.results.records import CellResult, CheckResult, Status, Verdict
@@ -55,12 +56,13 @@ class TagCollector(HTMLParser):
         self.text.append(data)
 
 
-ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "ul", "li", "strong", "table",
+ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "ul", "li", "strong", "table", "br",
+                "details", "summary",
                 "thead", "tbody", "tr", "th", "td", "a", "span", "div", "sup", "code", "figure", "figcaption",
                 "svg", "g", "polygon", "polyline", "path", "text"}
 ALLOWED_ATTRS = {"lang", "charset", "http-equiv", "content", "name", "class", "title", "href", "id", "rowspan",
                  "colspan", "role", "width", "height", "viewbox", "transform", "points", "d", "x", "y",
-                 "text-anchor"}
+                 "text-anchor", "aria-label", "aria-hidden"}
 
 
 def test_html_has_no_injected_tags_attributes_or_links():
@@ -74,7 +76,8 @@ def test_html_has_no_injected_tags_attributes_or_links():
         assert set(attrs) <= ALLOWED_ATTRS, (tag, attrs)
         if tag == "a":
             href = attrs["href"]
-            assert href.startswith("#plot-") or (safe_link(href) == href and ":" not in href), href
+            assert re.fullmatch(r"#(plot-\d+|r\d+|e\d+-\d+|details)", href) or (
+                safe_link(href) == href and ":" not in href), href
     assert [tag for tag, _ in parser.tags].count("style") == 1
     text = "".join(parser.text)
     # The hostile text is still there, as text: a reader sees exactly what the result file said.
@@ -109,13 +112,16 @@ def test_md_text_leaves_no_markup_characters(message):
 def test_markdown_has_no_injected_markup_or_links():
     report = hostile_report()
     md = to_markdown(report)
-    assert "<" not in md and ">" not in md.replace("&gt;", "")
+    # The only raw HTML is the <details> blocks' own tags.
+    bare = re.sub(r"^(<details><summary>|</details>$)", "", md, flags=re.M).replace("</summary>\n", "\n")
+    assert "<" not in bare and ">" not in bare.replace("&gt;", "")
+    assert "@" not in bare and "://" not in bare
     links = re.findall(r"(?<!\\)\[([^\]\n]*)(?<!\\)\]\(([^)\n]*)\)", md)
     assert links, "the report's own log and lock links are present"
     for label, target in links:
         assert label in ("log", "lock") and safe_link(target) == target and ":" not in target, (label, target)
     table = [line for line in md.splitlines() if line.startswith("| ")]
-    width = len(report.axes) + len(report.columns)
+    width = len(varying_axes(report)[0]) + 2 + len(report.columns)
     for line in table:  # hostile pipes never add table columns
         assert len(re.findall(r"(?<!\\)\|", line.replace("\\\\", ""))) == width + 1, line
     assert "`" not in md.replace("\\`", "")

@@ -12,8 +12,9 @@ import pytest
 
 from harness.report import build_report, plot, table, to_html, to_json
 from harness.report.htmltext import escape_html
+from harness.report.support import STATUS_LETTERS
 from harness.report.synthetic import synthetic_cells
-from harness.report.table import STATUS_SYMBOLS, entry_extras, safe_link
+from harness.report.table import entry_extras, safe_link
 
 
 class TableCells(HTMLParser):
@@ -59,24 +60,25 @@ def test_html_shows_every_entry_with_status_links_message_verdicts_and_extras():
     assert page.isascii()
     parser = TableCells()
     parser.feed(page)
-    assert len(parser.rows) == len(report.rows)
+    # One closed <details> table per version combination, one table row per entry, in column order.
+    assert page.count("<details>") == len(report.rows) and all(len(row) == 1 for row in parser.rows)
+    cells = [row[0] for row in parser.rows]
+    entries = [entry for row in report.rows for _, entry in sorted(row.entries.items())]
+    assert len(cells) == len(entries)
     checked = 0
-    for row, cells in zip(report.rows, parser.rows):
-        entries = [entry for _, entry in sorted(row.entries.items())]
-        assert len(cells) == len(entries)
-        for entry, cell in zip(entries, cells):
-            assert cell["class"] == f"s-{entry.status.value}" and cell["title"] == entry.cell_id
-            assert cell["text"].startswith(f"{STATUS_SYMBOLS[entry.status]} {entry.status.value}")
-            for kind in ("log", "lock"):
-                path = getattr(entry, kind)
-                assert cell["links"].get(kind) == (quote(path, safe="/") if path else None)
-            assert ("plot" in cell["links"]) == (entry.plot is not None)
-            texts = [entry.message, *entry_extras(entry), *entry.rejected_links, *(v.name for v in entry.verdicts)]
-            for text in texts:
-                assert text in cell["text"]
-            if entry.known_failure:
-                assert f"known failure: {entry.known_failure['reason']}" in cell["text"]
-            checked += 1
+    for entry, cell in zip(entries, cells):
+        assert cell["class"] == f"s-{entry.status.value}" and cell["title"] == entry.cell_id
+        assert cell["text"].startswith(f"{STATUS_LETTERS[entry.status]} {entry.status.value}")
+        for kind in ("log", "lock"):
+            path = getattr(entry, kind)
+            assert cell["links"].get(kind) == (quote(path, safe="/") if path else None)
+        assert ("plot" in cell["links"]) == (entry.plot is not None)
+        texts = [entry.message, *entry_extras(entry), *entry.rejected_links, *(v.name for v in entry.verdicts)]
+        for text in texts:
+            assert text in cell["text"]
+        if entry.known_failure:
+            assert f"known failure: {entry.known_failure['reason']}" in cell["text"]
+        checked += 1
     assert checked == sum(report.summary.values()) > 0
 
 

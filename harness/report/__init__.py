@@ -4,7 +4,8 @@
     DIR/run.json               optional: {"matrix", "title", "notes": [...], "generated_by"}
 
 `write_report(DIR)` loads them, builds one `Report` (table.py) and renders it as report.md (markdown.py),
-report.html (html.py, with plots from plot.py) and report.json. Unreadable files become problems
+report.html (html.py and glance.py, with plots from plot.py), report.json, report.junit.xml (junit.py) and
+support.json (support.py: one verdict per version combination, for other tools). Unreadable files become problems
 listed in the report; they never stop it.
 
 May import: harness.errors, harness.results, harness.checks, harness.matrix, harness.trust.
@@ -22,14 +23,18 @@ from harness.results.records import CellResult, Status, load_cell, write_text_at
 from . import history
 from .gcpause import gc_paused
 from .html import to_html
+from .junit import to_junit
 from .markdown import to_markdown
+from .support import support_json
 from .table import REPORT_SCHEMA_VERSION, Report, build_report, clean_text
 
-__all__ = ["REPORT_SCHEMA_VERSION", "Report", "build_report", "load_results", "read_run_info", "to_html",
-           "to_json", "to_markdown", "write_report"]
+__all__ = ["REPORT_SCHEMA_VERSION", "Report", "build_report", "load_results", "read_run_info", "render",
+           "support_json", "to_html", "to_json", "to_junit", "to_markdown", "write_report"]
 
 MAX_CELL_FILE_BYTES = 32 * 1024 * 1024  # a cell file is a few KB; a huge one is not read into memory
-FORMATS = {"md": "report.md", "html": "report.html", "json": "report.json"}
+FORMATS = {"md": "report.md", "html": "report.html", "json": "report.json", "junit": "report.junit.xml",
+           "support": "support.json"}
+DEFAULT_FORMATS = tuple(FORMATS)
 
 
 def _problem(name: str, exc: BaseException) -> str:
@@ -170,13 +175,13 @@ def compare_with(cells: list[CellResult], previous_dir: Path | str) -> tuple[lis
     return compare(cells, previous), [f"previous run: {p}" for p in problems]
 
 
-def write_report(report_dir: Path | str, formats: Iterable[str] = ("md", "html", "json"),
+def write_report(report_dir: Path | str, formats: Iterable[str] = DEFAULT_FORMATS,
                  notes: Iterable[str] = (), previous: Path | str | None = None) -> list[Path]:
-    """Render DIR's results into DIR/report.{md,html,json}; see render_report."""
+    """Render DIR's results into DIR/report.{md,html,json,junit.xml} and DIR/support.json; see render_report."""
     return render_report(report_dir, formats, notes, previous)[0]
 
 
-def render_report(report_dir: Path | str, formats: Iterable[str] = ("md", "html", "json"),
+def render_report(report_dir: Path | str, formats: Iterable[str] = DEFAULT_FORMATS,
                   notes: Iterable[str] = (), previous: Path | str | None = None) -> tuple[list[Path], list | None]:
     """Render DIR's results into DIR/report.{md,html,json}; ResultsError when no cell is readable."""
     report_dir = Path(report_dir)
@@ -203,10 +208,16 @@ def render_report(report_dir: Path | str, formats: Iterable[str] = ("md", "html"
     written = []
     for fmt in dict.fromkeys(formats):
         path = report_dir / FORMATS[fmt]
-        if fmt == "json":
-            # Not indented: json's indenting encoder is pure Python, over twice as slow for a big report.
-            write_text_atomic(path, json.dumps(to_json(report)) + "\n")
-        else:
-            write_text_atomic(path, to_markdown(report) if fmt == "md" else to_html(report))
+        write_text_atomic(path, render(report, fmt))
         written.append(path)
     return written, changes
+
+
+def render(report: Report, fmt: str) -> str:
+    """One format of the report as text (see FORMATS)."""
+    if fmt == "json":
+        # Not indented: json's indenting encoder is pure Python, over twice as slow for a big report.
+        return json.dumps(to_json(report)) + "\n"
+    if fmt == "support":
+        return json.dumps(support_json(report), indent=1, ensure_ascii=False) + "\n"
+    return {"md": to_markdown, "html": to_html, "junit": to_junit}[fmt](report)

@@ -1,5 +1,8 @@
 """A standalone HTML page of a Report: inline CSS, inline SVG plots, no scripts, no external assets.
 
+The first screen is the compact table (glance.py); below it, one closed <details> per version combination
+holds every entry in full (sub-verdicts, messages, logs, lock, repro command, a link to its reward plot).
+
 All text goes through html.escape (htmltext.escape_html, which also writes non-ASCII characters as
 character references, so the page is pure ASCII); the only links are the report's own relative log and
 lock paths (percent-encoded, then escaped) and in-page anchors. A Content-Security-Policy forbids
@@ -12,9 +15,11 @@ from urllib.parse import quote
 
 from harness.results.records import Status
 
+from .glance import GLANCE_CSS, glance_html
 from .htmltext import Escaper, ascii_html, escape_html
 from .plot import PLOT_CSS, PLOT_LEGEND, convergence_svg
-from .table import ABSENT, EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, STATUS_SYMBOLS, Entry, Report, entry_extras
+from .support import KIND_LABELS, STATUS_LETTERS, RowVerdict, row_verdicts
+from .table import EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, Entry, Report, entry_extras
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 CSS = """
@@ -42,7 +47,7 @@ def href(path: str) -> str:
 
 
 def _status(status: Status) -> str:
-    return ascii_html(f'<span title="{status.value}">{STATUS_SYMBOLS[status]}</span> {status.value}')
+    return f'<span class="m s-{status.value}" aria-hidden="true">{STATUS_LETTERS[status]}</span> {status.value}'
 
 
 # Every constant piece is made ASCII once here; text from the report goes through escape_html.
@@ -50,7 +55,7 @@ _STATUS = {s: _status(s) for s in Status}
 _TD = {s: f'<td class="s-{s.value}" title="' for s in Status}
 _MARK = ascii_html(f" (emulated<sup>{EMULATED_MARK}</sup>)")
 _DOT = ascii_html(" · ")
-_ABSENT = ascii_html(ABSENT)
+_KIND = {kind: escape_html(label) for kind, label in KIND_LABELS.items()}
 _EMULATED_NOTE = escape_html(EMULATED_NOTE)
 
 
@@ -84,75 +89,56 @@ def _entry(entry: Entry, plot_id: str | None, esc: Escaper) -> str:
     return html + "</td>"
 
 
-def _header(report: Report) -> list[str]:
-    """Three header rows: backend, model and check, with repeated groups merged by colspan."""
-    out = []
-    for level in range(3):
-        cells = [f'<th rowspan="3">{escape_html(a)}</th>' for a in report.axes] if level == 0 else []
-        groups: list[list] = []
-        for col in report.columns:
-            key = tuple(getattr(col, name) for name in ("backend", "model", "check")[: level + 1])
-            if groups and groups[-1][0] == key:
-                groups[-1][1] += 1
-            else:
-                groups.append([key, 1])
-        cells += [f'<th colspan="{span}">{escape_html(key[-1] or ABSENT)}</th>' for key, span in groups]
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    return out
-
-
-def _preamble(report: Report) -> list[str]:
-    """The lines before the table body: head, summary, legend, ranges, changes, table header."""
+def _preamble(report: Report, verdicts: list[RowVerdict]) -> list[str]:
+    """The first screen (title, counts, legend line, compact table), then the rest of the summary."""
     e = escape_html
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f'<meta http-equiv="Content-Security-Policy" content="{e(CSP)}">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{e(report.title)}</title><style>{CSS}{PLOT_CSS}</style></head><body>",
-           f"<h1>{e(report.title)}</h1>",
+           f"<title>{e(report.title)}</title><style>{CSS}{GLANCE_CSS}{PLOT_CSS}</style></head><body>",
+           f"<h1>{e(report.title)}</h1>", *glance_html(report, verdicts),
            f"<p>{e(report.description)}</p>",
            "<p><strong>Summary (checks):</strong> " + _DOT.join(
-               f"{_STATUS[Status(name)]}: {count}" for name, count in report.summary.items()) + "</p>",
-           "<h2>Legend</h2><ul>"]
-    out += [f"<li>{ascii_html(symbol)} <strong>{e(name)}</strong>: {e(meaning)}</li>"
-            for symbol, name, meaning in report.legend]
+               f"{_STATUS[Status(name)]}: {count}" for name, count in report.summary.items()) + "</p>"]
+    if report.changes is not None:
+        out.append("<h2>Changes since the previous run</h2><p>" + _DOT.join(
+            f"{e(kind)}: {count}" for kind, count in sorted(report.changes.items()))
+            + "</p><p>Rows with a new failure come first.</p>")
+    out.append("<h2>Legend</h2><ul>")
+    out += [f"<li>{_STATUS[Status(name)]}: {e(meaning)}</li>" for _, name, meaning in report.legend]
     if report.has_emulated:
         out.append(f"<li>{_EMULATED_NOTE}</li>")
     out.append(f"</ul><h2>Passing ranges</h2><p>{e(PASS_RANGE_RULE)}</p><ul>")
     out += [f"<li><strong>{e(r.axis)}</strong>: {e(r.text(max_segments=1000))}</li>" for r in report.ranges]
     out.append("</ul>")
-    if report.changes is not None:
-        out.append("<h2>Changes since the previous run</h2><p>" + _DOT.join(
-            f"{e(kind)}: {count}" for kind, count in sorted(report.changes.items()))
-            + "</p><p>Rows with a new failure come first.</p>")
     if report.last_known_good:
         out.append("<h2>Last known good</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in report.last_known_good)
                    + "</ul>")
-    return [*out, "<h2>Support table</h2><table><thead>", *_header(report), "</thead><tbody>"]
+    return [*out, '<h2 id="details">Details per version combination</h2>']
 
 
 def to_html(report: Report) -> str:
     """The whole report as one standalone HTML page (all ASCII)."""
     e = escape_html
     esc = Escaper()
+    verdicts = row_verdicts(report)
     # One list of pieces, joined once: the page is tens of MB, so rows and plots are not joined on their own.
-    page = ["\n".join(_preamble(report)), "\n"]
+    page = ["\n".join(_preamble(report, verdicts)), "\n"]
     plots: list[tuple[str, Entry]] = []
-    empty_row = ["<td></td>"] * len(report.columns)
-    for row in report.rows:
+    labels = [f'<th>{e(c.label)}</th>' for c in report.columns]
+    for number, (row, verdict) in enumerate(zip(report.rows, verdicts)):
+        axes = _DOT.join(f"{e(axis)} {esc[value]}" for axis, value in zip(report.axes, row.axes) if value)
         env = "; ".join(f"{k}: {v}" for k, v in row.environment.items())
-        page.append(f'<tr title="{e(env)}">')
-        page += [f'<td class="ax">{esc[v] if v else _ABSENT}</td>' for v in row.axes]
-        line = empty_row.copy()
+        page.append(f'<details><summary><span class="k k-{verdict.kind}">{_KIND[verdict.kind]}</span> {axes}'
+                    f' &mdash; {esc[verdict.reason]}</summary><div id="r{number}" class="env">{e(env)}</div>'
+                    "<table><tbody>")
         for i, entry in sorted(row.entries.items()):  # column order: plots are numbered left to right
-            if entry.plot is None:
-                line[i] = _entry(entry, None, esc)
-            else:
+            plot_id = None
+            if entry.plot is not None:
                 plot_id = f"plot-{len(plots)}"
                 plots.append((plot_id, entry))
-                line[i] = _entry(entry, plot_id, esc)
-        page += line
-        page.append("</tr>\n")
-    page.append("</tbody></table>\n")
+            page += (f'<tr id="e{number}-{i}">', labels[i], _entry(entry, plot_id, esc), "</tr>")
+        page.append("</tbody></table></details>\n")
     if report.has_emulated:
         page.append(f"<p>{_EMULATED_NOTE}</p>\n")
     if plots:

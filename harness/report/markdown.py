@@ -1,15 +1,20 @@
 """GitHub Markdown rendering of a Report: fit for a CI job summary, always under a byte budget.
 
+The compact table comes first (one status symbol per entry, the verdict and its reason per version
+combination), then the counts, legend and ranges, then one <details> block per row with every entry in full.
+
 Every piece of text from result files goes through `md_text`, which escapes what GitHub would read as
 markup (table pipes, emphasis, links, code, math, raw HTML, autolinks and mentions). Links are only the
 report's own relative log and lock paths, percent-encoded.
 """
 from __future__ import annotations
 
+from html import escape
 from urllib.parse import quote
 
 from harness.results.records import Status
 
+from .support import KIND_LABELS, KINDS, RowVerdict, kind_counts, row_verdicts, varying_axes
 from .table import (
     ABSENT,
     EMULATED_MARK,
@@ -66,10 +71,29 @@ def entry_text(entry: Entry, emulated_mark: str = EMULATED_MARK) -> str:
     return " ".join(parts)
 
 
-def _row_line(row: Row, column_count: int) -> str:
-    values = [md_text(v) if v else ABSENT for v in row.axes]
-    values += [entry_text(row.entries[i]) if i in row.entries else "" for i in range(column_count)]
+def _glance_line(row: Row, verdict: RowVerdict, shown: list[int], column_count: int) -> str:
+    """One row of the compact table: the differing axes, the verdict, one symbol per entry, the reason."""
+    values = [md_text(row.axes[p]) if row.axes[p] else ABSENT for p in shown]
+    values.append(f"**{md_text(verdict.label)}**")
+    values += [STATUS_SYMBOLS[row.entries[i].status] if i in row.entries else "" for i in range(column_count)]
+    values.append(md_text(verdict.reason))
     return "| " + " | ".join(values) + " |"
+
+
+def html_text(text: str) -> str:
+    """Text for raw HTML in GitHub Markdown: escaped, and no mention, issue reference or autolink."""
+    # '#' first: the references put in after it contain one.
+    return escape(text, quote=False).replace("#", "&#35;").replace("@", "&#64;").replace(
+        "://", "&#58;//").replace("www.", "www&#46;")
+
+
+def _details_block(report: Report, row: Row, verdict: RowVerdict) -> str:
+    """A <details> block with every entry of the row in full (GitHub renders Markdown inside it)."""
+    axes = " · ".join(f"{axis} {value}" for axis, value in zip(report.axes, row.axes) if value)
+    lines = [f"<details><summary>{html_text(verdict.label)}: {html_text(axes)}</summary>", ""]
+    lines += [f"- **{md_text(report.columns[i].label)}**: {entry_text(entry)}"
+              for i, entry in sorted(row.entries.items())]
+    return "\n".join([*lines, "", "</details>"])
 
 
 def _bullets(items: list[str]) -> list[str]:
@@ -92,24 +116,60 @@ def _hard_cut(text: str, max_bytes: int) -> str:
     return head[: head.rfind("\n") + 1] + note
 
 
-def to_markdown(report: Report, max_bytes: int = 1_000_000) -> str:
-    """The report as GitHub Markdown, under `max_bytes` bytes (UTF-8): rows are cut if needed."""
-    summary = " · ".join(f"{STATUS_SYMBOLS[Status(name)]} {name}: {count}" for name, count in report.summary.items())
-    head = [f"# {md_text(report.title)}", "", report.description, "", f"**Summary (checks):** {summary}", "",
-            "## Legend", ""]
-    head += [f"- {symbol} **{name}**: {meaning}" for symbol, name, meaning in report.legend]
-    if report.has_emulated:
-        head.append(f"- {md_text(EMULATED_NOTE)}")
-    head += ["", "## Passing ranges", "", PASS_RANGE_RULE, ""]
-    head += [f"- **{md_text(r.axis)}**: {md_text(r.text())}" for r in report.ranges] or ["- no package axes"]
-    if report.changes is not None:
-        head += ["", "## Changes since the previous run", "",
-                 " · ".join(f"{md_text(kind)}: {count}" for kind, count in sorted(report.changes.items())),
-                 "", "Rows with a new failure come first."]
-    if report.last_known_good:
-        head += ["", "## Last known good", "", *_bullets(report.last_known_good)]
-    head += ["", "## Support table", ""]
+def _head(report: Report, verdicts: list[RowVerdict], shown: list[int]) -> tuple[list[str], list[str]]:
+    """The lines before the compact table's body, and its header."""
+    counts = kind_counts(verdicts)
+    _, constant = varying_axes(report)
+    head = [f"# {md_text(report.title)}", "",
+            f"**{len(report.rows)} version combinations:** "
+            + " · ".join(f"{KIND_LABELS[k]} {counts[k]}" for k in KINDS if counts[k]), ""]
+    if constant:
+        head += ["Same in every row: " + md_text(", ".join(f"{a} {v}" for a, v in constant.items())), ""]
+    head += [" ".join(f"{symbol} {name}" for symbol, name, _ in report.legend) + "; details below the table.", ""]
+    names = [md_text(report.axes[p]) for p in shown] + ["verdict"]
+    names += [md_text(f"{c.backend}·{c.model} {c.check}") for c in report.columns] + ["why"]
+    return head, ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
 
+
+def _middle(report: Report) -> list[str]:
+    """What follows the compact table: counts per status, changes, legend, ranges, last known good."""
+    summary = " · ".join(f"{STATUS_SYMBOLS[Status(name)]} {name}: {count}" for name, count in report.summary.items())
+    lines = ["", report.description, "", f"**Summary (checks):** {summary}"]
+    if report.changes is not None:
+        lines += ["", "## Changes since the previous run", "",
+                  " · ".join(f"{md_text(kind)}: {count}" for kind, count in sorted(report.changes.items())),
+                  "", "Rows with a new failure come first."]
+    lines += ["", "## Legend", ""]
+    lines += [f"- {symbol} **{name}**: {meaning}" for symbol, name, meaning in report.legend]
+    if report.has_emulated:
+        lines.append(f"- {md_text(EMULATED_NOTE)}")
+    lines += ["", "## Passing ranges", "", PASS_RANGE_RULE, ""]
+    lines += [f"- **{md_text(r.axis)}**: {md_text(r.text())}" for r in report.ranges] or ["- no package axes"]
+    if report.last_known_good:
+        lines += ["", "## Last known good", "", *_bullets(report.last_known_good)]
+    return lines
+
+
+def _fit(lines: list[str], budget: int) -> tuple[list[str], int]:
+    """The leading lines that fit in `budget` bytes, and the budget left."""
+    kept = []
+    for line in lines:
+        cost = len(line.encode("utf-8")) + 1
+        if cost > budget:
+            break
+        budget -= cost
+        kept.append(line)
+    return kept, budget
+
+
+def to_markdown(report: Report, max_bytes: int = 1_000_000) -> str:
+    """The report as GitHub Markdown, compact table first, details after, under `max_bytes` bytes (UTF-8).
+
+    When it would not fit, the details go first, then rows of the compact table, each cut said so."""
+    verdicts = row_verdicts(report)
+    varying, _ = varying_axes(report)
+    head, table_head = _head(report, verdicts, varying)
+    middle = _middle(report)
     tail = []
     if report.has_emulated:
         tail += ["", md_text(EMULATED_NOTE)]
@@ -117,24 +177,20 @@ def to_markdown(report: Report, max_bytes: int = 1_000_000) -> str:
         tail += ["", "## Notes", "", *_bullets(report.notes)]
     if report.problems:
         tail += ["", "## Problems", "", *_bullets(report.problems)]
-
-    width = len(report.axes) + len(report.columns)
-    table_head = ["| " + " | ".join([md_text(a) for a in report.axes] + [md_text(c.label) for c in report.columns])
-                  + " |", "|" + "---|" * width]
-    budget = max_bytes - 600 - _size(head) - _size(tail) - _size(table_head)
-    body = []
-    for row in report.rows:
-        line = _row_line(row, len(report.columns))
-        cost = len(line.encode("utf-8")) + 1
-        if cost > budget:
-            break
-        budget -= cost
-        body.append(line)
+    budget = max_bytes - 1200 - _size(head) - _size(table_head) - _size(middle) - _size(tail)
+    count = len(report.columns)
+    body, budget = _fit([_glance_line(r, v, varying, count) for r, v in zip(report.rows, verdicts)], budget)
+    details, budget = _fit([_details_block(report, r, v) for r, v in zip(report.rows[:len(body)], verdicts)], budget)
     lines = head + (table_head + body if body else ["No rows."] if not report.rows else [])
     cut = len(report.rows) - len(body)
     if cut:
         lines += ["", (f"**{cut} of {len(report.rows)} rows were cut** (rows {len(body) + 1} to {len(report.rows)}) "
                        f"to keep this file under {max_bytes} bytes; the full table is in {FULL_REPORT} "
                        "(and report.json) next to this file.")]
+    lines += middle
+    if details:
+        lines += ["", "## Details per version combination", "", *details]
+    if len(details) < len(body):
+        lines += ["", f"Details of {len(body) - len(details)} more rows are in {FULL_REPORT}."]
     text = "\n".join(lines + tail) + "\n"
     return text if len(text.encode("utf-8")) < max_bytes else _hard_cut(text, max_bytes)

@@ -341,8 +341,10 @@ def _blamed(combos: list[tuple[tuple, bool]]) -> set[tuple[int, str]]:
     left = sum(failing for _, failing in combos)
     blamed: set[tuple[int, str]] = set()
     while left:
-        pair = max((p for p, c in counts.items() if c[1]), key=lambda p: (
-            counts[p][1] / counts[p][0], counts[p][1], -p[0], version_key(p[1])))
+        candidates = [p for p, c in counts.items() if c[1]]
+        if not candidates:  # failing combinations with no package version to blame (no package axes)
+            break
+        pair = max(candidates, key=lambda p: (counts[p][1] / counts[p][0], counts[p][1], -p[0], version_key(p[1])))
         blamed.add(pair)
         for index in members[pair]:
             if alive[index]:

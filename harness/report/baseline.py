@@ -1,0 +1,78 @@
+"""A committed baseline of expected verdicts, and the differences a run has from it.
+
+The pull-request workflow runs a slice of the CPU matrix and compares every (cell, check) status with
+matrices/baselines/<name>.json. A change that the pull request does not also make to the baseline fails
+the job (`harness report DIR --baseline FILE`, exit 6): a pin bump that breaks a check cannot pass
+unnoticed, and one that fixes a check must say so by updating the file, written with
+`harness report DIR --write-baseline FILE`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import InputError
+from harness.results.records import CellResult, write_text_atomic
+
+BASELINE_SCHEMA = "qwen35-verdict-baseline"
+BASELINE_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Difference:
+    cell_id: str
+    check: str  # "" when the whole cell is new or missing
+    expected: str  # a status, or "absent"
+    actual: str
+
+    def __str__(self) -> str:
+        where = f"{self.cell_id} {self.check}".strip()
+        return f"{where}: expected {self.expected}, got {self.actual}"
+
+
+def verdicts_of(cells: list[CellResult]) -> dict[str, dict[str, str]]:
+    """{cell id: {check: status}} of a run, in a fixed order."""
+    return {cell.cell_id: {check.check: check.status.value for check in sorted(cell.checks, key=lambda c: c.check)}
+            for cell in sorted(cells, key=lambda c: c.cell_id)}
+
+
+def write_baseline(path: Path | str, cells: list[CellResult], command: str) -> None:
+    matrices = sorted({cell.matrix for cell in cells})
+    data = {"schema": BASELINE_SCHEMA, "schema_version": BASELINE_SCHEMA_VERSION, "matrix": ", ".join(matrices),
+            "written_by": command, "cells": verdicts_of(cells)}
+    write_text_atomic(Path(path), json.dumps(data, indent=1) + "\n")
+
+
+def read_baseline(path: Path | str) -> dict[str, dict[str, str]]:
+    """The baseline's {cell id: {check: status}}; InputError naming the file and what is wrong."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"--baseline {path}: not a readable baseline ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA:
+        raise InputError(f"--baseline {path}: not a verdict baseline (expected \"schema\": \"{BASELINE_SCHEMA}\")")
+    if data.get("schema_version") != BASELINE_SCHEMA_VERSION:
+        raise InputError(f"--baseline {path}: schema_version {data.get('schema_version')!r}; this harness reads "
+                         f"{BASELINE_SCHEMA_VERSION}")
+    cells = data.get("cells")
+    if not isinstance(cells, dict) or not all(
+            isinstance(checks, dict) and all(isinstance(s, str) for s in checks.values()) for checks in cells.values()):
+        raise InputError(f"--baseline {path}: \"cells\" must map cell ids to {{check: status}}")
+    return cells
+
+
+def differences(expected: dict[str, dict[str, str]], cells: list[CellResult]) -> list[Difference]:
+    """Every (cell, check) whose status is not the baseline's, and every cell only one side has."""
+    actual = verdicts_of(cells)
+    found = []
+    for cell_id in sorted(set(expected) | set(actual)):
+        if cell_id not in actual:
+            found.append(Difference(cell_id, "", "in the baseline", "not run"))
+        elif cell_id not in expected:
+            found.append(Difference(cell_id, "", "not in the baseline", "run"))
+        else:
+            want, got = expected[cell_id], actual[cell_id]
+            found += [Difference(cell_id, check, want.get(check, "absent"), got.get(check, "absent"))
+                      for check in sorted(set(want) | set(got)) if want.get(check) != got.get(check)]
+    return found

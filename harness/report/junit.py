@@ -1,0 +1,64 @@
+"""JUnit XML of a Report, for CI test reporters: one testsuite per cell, one testcase per check.
+
+fail, error, crash and timeout become <failure> (type = the status, message = the check's message); skip
+and xfail become <skipped> (an xfail names its known failure). pass and affected are plain testcases:
+`affected` is evidence of an upstream bug, not a failure of the trainer, and its sub-verdicts are in
+<system-out>. Every text goes through XML escaping; table.clean_text has already removed the control
+characters XML 1.0 cannot carry.
+"""
+from __future__ import annotations
+
+from xml.sax.saxutils import escape, quoteattr
+
+from harness.results.records import Status
+
+from .table import Entry, Report
+
+_SKIPPED = (Status.SKIP, Status.XFAIL)
+
+
+def _testcase(entry: Entry, label: str) -> str:
+    head = f"<testcase classname={quoteattr(entry.cell_id)} name={quoteattr(label)} time=\"{entry.duration:.3f}\""
+    body = []
+    message = quoteattr(entry.message)
+    if entry.status.is_failure:
+        detail = entry.repro and f"repro: {entry.repro}"
+        body.append(f"<failure type=\"{entry.status.value}\" message={message}>{escape(detail)}</failure>")
+    elif entry.status in _SKIPPED:
+        if entry.known_failure:
+            kf = entry.known_failure
+            message = quoteattr(f"known failure: {kf.get('reason', '')} ({kf.get('link', '')}, expires "
+                                f"{kf.get('expires', '')})")
+        body.append(f"<skipped message={message}/>")
+    out = [f"{entry.status.value}: {entry.message}"]
+    out += [f"{v.name}: {v.status.value}: {v.message}" for v in entry.verdicts]
+    out += [f"{kind}: {path}" for kind, path in (("log", entry.log), ("lock", entry.lock)) if path]
+    body.append(f"<system-out>{escape(chr(10).join(out))}</system-out>")
+    return f"{head}>{''.join(body)}</testcase>"
+
+
+def to_junit(report: Report) -> str:
+    """The whole report as one JUnit XML document (<testsuites>), cells in cell-id order."""
+    suites: dict[str, list[tuple[str, Entry]]] = {}
+    for row in report.rows:
+        for index, entry in row.entries.items():
+            column = report.columns[index]
+            suites.setdefault(entry.cell_id, []).append((column.check, entry))
+    out = ['<?xml version="1.0" encoding="UTF-8"?>']
+    totals = {"tests": 0, "failures": 0, "skipped": 0}
+    parts = []
+    for cell_id in sorted(suites):
+        cases = sorted(suites[cell_id], key=lambda pair: pair[0])
+        failures = sum(e.status.is_failure for _, e in cases)
+        skipped = sum(e.status in _SKIPPED for _, e in cases)
+        seconds = sum(e.duration for _, e in cases)
+        totals["tests"] += len(cases)
+        totals["failures"] += failures
+        totals["skipped"] += skipped
+        parts.append(f"<testsuite name={quoteattr(cell_id)} tests=\"{len(cases)}\" failures=\"{failures}\" "
+                     f"errors=\"0\" skipped=\"{skipped}\" time=\"{seconds:.3f}\">")
+        parts += [_testcase(entry, label) for label, entry in cases]
+        parts.append("</testsuite>")
+    out.append(f"<testsuites name={quoteattr(report.title)} tests=\"{totals['tests']}\" "
+               f"failures=\"{totals['failures']}\" errors=\"0\" skipped=\"{totals['skipped']}\">")
+    return "\n".join([*out, *parts, "</testsuites>"]) + "\n"

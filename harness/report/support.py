@@ -1,0 +1,131 @@
+"""The at-a-glance answer: per version combination (a row of the table), one word and one line saying why.
+
+Derived only from the entries' statuses and sub-verdicts, never from check names:
+
+    broken   a check failed, crashed, timed out or could not run (the first one is the reason)
+    known    a declared known failure (xfail), and nothing worse
+    patched  works with the trainer's patches: an upstream bug reproduced (an `affected` status or
+             sub-verdict) while the check, and so the trainer's own verdicts, passed
+    works    every check that ran passed
+    skipped  no check ran: every one was skipped
+
+`support_json` is the stable machine-readable form of the same answer (support.json, SUPPORT_SCHEMA).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.results.records import Status
+
+from .table import Column, Entry, Report, Row
+
+SUPPORT_SCHEMA = "qwen35-support-summary"
+SUPPORT_SCHEMA_VERSION = 1
+KINDS = ("works", "patched", "known", "broken", "skipped")
+KIND_LABELS = {"works": "works", "patched": "works with the trainer's patches", "known": "known failure",
+               "broken": "broken", "skipped": "not tested (every check skipped)"}
+# One ASCII letter per status: legible in any font, told apart without colour.
+STATUS_LETTERS = {Status.PASS: "P", Status.FAIL: "F", Status.AFFECTED: "A", Status.SKIP: "S", Status.XFAIL: "X",
+                  Status.TIMEOUT: "T", Status.CRASH: "C", Status.ERROR: "E"}
+_FAILURES = frozenset(s for s in Status if s.is_failure)
+
+
+@dataclass(frozen=True, slots=True)
+class RowVerdict:
+    kind: str  # one of KINDS
+    reason: str  # one line
+
+    @property
+    def label(self) -> str:
+        return KIND_LABELS[self.kind]
+
+
+def _affected_names(entry: Entry) -> list[str]:
+    return [v.name for v in entry.verdicts if v.status is Status.AFFECTED]
+
+
+def _patched_reason(column: Column, entry: Entry) -> str:
+    affected = _affected_names(entry)
+    passing = [v.name for v in entry.verdicts if v.status is Status.PASS]
+    if affected and passing:
+        return f"{column.label}: {', '.join(affected)} affected, {', '.join(passing)} pass"
+    return f"{column.label}: {entry.message or 'upstream bug reproduced'}"
+
+
+def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
+    """The row's kind and reason (see the module docstring); the first column decides among equals."""
+    failing = known = patched = None
+    ran = 0
+    for index, entry in sorted(row.entries.items()):
+        status = entry.status
+        if status in _FAILURES:
+            failing = failing or (index, entry)
+        elif status is Status.XFAIL:
+            known = known or (index, entry)
+        elif status is Status.AFFECTED or (status is Status.PASS and entry.verdicts and _affected_names(entry)):
+            patched = patched or (index, entry)
+        ran += status is not Status.SKIP
+    if failing:
+        index, entry = failing
+        return RowVerdict("broken", f"{columns[index].label}: {entry.status.value}"
+                          + (f": {entry.message}" if entry.message else ""))
+    if known:
+        index, entry = known
+        reason = (entry.known_failure or {}).get("reason") or entry.message
+        return RowVerdict("known", f"{columns[index].label}: known failure" + (f": {reason}" if reason else ""))
+    if patched:
+        return RowVerdict("patched", _patched_reason(columns[patched[0]], patched[1]))
+    if not ran:
+        return RowVerdict("skipped", f"all {len(row.entries)} checks skipped")
+    return RowVerdict("works", f"{ran} checks pass" + (f", {len(row.entries) - ran} skipped"
+                                                      if ran < len(row.entries) else ""))
+
+
+def row_verdicts(report: Report) -> list[RowVerdict]:
+    return [row_verdict(report.columns, row) for row in report.rows]
+
+
+def varying_axes(report: Report) -> tuple[list[int], dict[str, str]]:
+    """Positions of the axes whose value differs between rows, and the axes every row shares (axis: value)."""
+    varying, constant = [], {}
+    for position, axis in enumerate(report.axes):
+        values = {row.axes[position] for row in report.rows}
+        if len(values) > 1:
+            varying.append(position)
+        elif values and next(iter(values)):
+            constant[axis] = next(iter(values))
+    return varying, constant
+
+
+def kind_counts(verdicts: list[RowVerdict]) -> dict[str, int]:
+    counts = dict.fromkeys(KINDS, 0)
+    for verdict in verdicts:
+        counts[verdict.kind] += 1
+    return counts
+
+
+def support_json(report: Report, verdicts: list[RowVerdict] | None = None) -> dict[str, Any]:
+    """The support summary for other tools; keys and order are fixed by SUPPORT_SCHEMA_VERSION.
+
+    {"schema", "schema_version", "title", "constant_axes": {axis: value}, "varying_axes": [axis...],
+     "columns": [label...], "counts": {kind: n}, "combinations": [{"axes": {axis: value} (varying axes, "" when
+     absent), "verdict": kind, "label", "reason", "cells": [cell id...], "checks": {column label: status}}]}
+    """
+    verdicts = row_verdicts(report) if verdicts is None else verdicts
+    varying, constant = varying_axes(report)
+    labels = [c.label for c in report.columns]
+    return {
+        "schema": SUPPORT_SCHEMA,
+        "schema_version": SUPPORT_SCHEMA_VERSION,
+        "title": report.title,
+        "constant_axes": constant,
+        "varying_axes": [report.axes[p] for p in varying],
+        "columns": labels,
+        "counts": kind_counts(verdicts),
+        "combinations": [
+            {"axes": {report.axes[p]: row.axes[p] for p in varying}, "verdict": verdict.kind, "label": verdict.label,
+             "reason": verdict.reason, "cells": sorted(row.cells),
+             "checks": {labels[i]: entry.status.value for i, entry in sorted(row.entries.items())}}
+            for row, verdict in zip(report.rows, verdicts)],
+    }
