@@ -10,29 +10,9 @@ import pytest
 from harness.report import build_report, to_html, to_json, to_markdown
 from harness.report.markdown import md_text
 from harness.report.support import varying_axes
-from harness.report.synthetic import HOSTILE_LINKS, HOSTILE_MESSAGES, synthetic_cells
+from harness.report.synthetic import HOSTILE_LINKS, HOSTILE_MESSAGES, HOSTILE_TITLE, hostile_cells, synthetic_cells
 from harness.report.table import safe_link
-from harness.results.records import CellResult, CheckResult, Status, Verdict
-
-HOSTILE_TITLE = "<script>alert('title')</script> | `x`"
-
-
-def hostile_cells() -> list[CellResult]:
-    cells = []
-    for i, message in enumerate(HOSTILE_MESSAGES):
-        check = CheckResult("stack-smoke", Status.FAIL, message, log=HOSTILE_LINKS[i % len(HOSTILE_LINKS)],
-                            verdicts=[Verdict("<b onmouseover=alert(1)>v</b>", Status.PASS, message)],
-                            known_failure={"reason": message, "link": "javascript:alert(document.cookie)",
-                                           "expires": "<i>soon</i>"})
-        odd = CheckResult("<svg onload=alert(1)>|x", Status.PASS, "odd check name", log="cells/ok/logs/odd.log")
-        cells.append(CellResult(
-            matrix="cpu", cell_id=f"cell-{i}", checks=[check, odd],
-            axes={"transformers": f"5.{i}.0", "backend": "fsdp", "model": "text",
-                  "image": "<img src=x onerror=alert(1)>" if i == 0 else "registry.example/img:1"},
-            lock=HOSTILE_LINKS[(i + 3) % len(HOSTILE_LINKS)] if i % 2 else f"cells/cell-{i}/lock.txt",
-            environment={"python": "3.11\" onmouseover=\"alert(1)", "os": "<b>linux</b>"},
-        ))
-    return cells
+from harness.results.records import CellResult, CheckResult, Status
 
 
 def hostile_report():
@@ -83,7 +63,7 @@ def test_html_has_no_injected_tags_attributes_or_links():
     # The hostile text is still there, as text: a reader sees exactly what the result file said.
     assert "</table><script>alert(1)</script>" in text
     assert "[x](javascript:alert(1))" in text
-    assert "<script>alert('title')</script>" in text
+    assert HOSTILE_TITLE in text
     assert "javascript:alert(document.cookie)" in text  # a known-failure link is shown, never linked
     for path in ("../../etc/passwd", "/etc/passwd", "http://evil.example/log", "javascript:alert(1)"):
         assert f"unsafe link not shown as a link: {path}" in text

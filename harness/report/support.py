@@ -45,11 +45,15 @@ def _affected_names(entry: Entry) -> list[str]:
     return [v.name for v in entry.verdicts if v.status is Status.AFFECTED]
 
 
+def _names(names: list[str], shown: int = 2) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def _patched_reason(column: Column, entry: Entry) -> str:
     affected = _affected_names(entry)
     passing = [v.name for v in entry.verdicts if v.status is Status.PASS]
     if affected and passing:
-        return f"{column.label}: {', '.join(affected)} affected, {', '.join(passing)} pass"
+        return f"{column.label}: upstream bug reproduced ({_names(affected)}); {_names(passing)} pass"
     return f"{column.label}: {entry.message or 'upstream bug reproduced'}"
 
 

@@ -31,7 +31,11 @@ HOSTILE_MESSAGES = [
     "see https://evil.example/phish or www.evil.example",
     "bidi \u202eevil\u202c and \x00\x1b[31mansi\x1b[0m",
     '"quotes" \'single\' onmouseover=alert(3)',
+    # Would change the page's title and set a global if a browser ran it (tests/test_browser.py looks).
+    "<script>window.pwned=1;document.title='pwned'</script>",
+    '<img src=x onerror="window.pwned=2;document.title=\'pwned\'"><svg onload="window.pwned=3">',
 ]
+HOSTILE_TITLE = "<script>alert('title');window.pwned=4</script> | `x`"
 HOSTILE_LINKS = ["javascript:alert(1)", "../../etc/passwd", "/etc/passwd", "http://evil.example/log",
                  "cells/x/../../secret", "C:\\logs\\x.log", "//evil.example/x"]
 _CHOICES = [Status.PASS] * 60 + [Status.FAIL] * 8 + [Status.AFFECTED] * 6 + [Status.SKIP] * 6 + \
@@ -123,3 +127,21 @@ def synthetic_cells(n: int, seed: int = 0) -> list[CellResult]:
         ))
     return cells
 
+
+def hostile_cells() -> list[CellResult]:
+    """One cell per hostile message: in the check's message, a verdict name, a known failure, axes and links."""
+    cells = []
+    for i, message in enumerate(HOSTILE_MESSAGES):
+        check = CheckResult("stack-smoke", Status.FAIL, message, log=HOSTILE_LINKS[i % len(HOSTILE_LINKS)],
+                            verdicts=[Verdict("<b onmouseover=alert(1)>v</b>", Status.PASS, message)],
+                            known_failure={"reason": message, "link": "javascript:alert(document.cookie)",
+                                           "expires": "<i>soon</i>"})
+        odd = CheckResult("<svg onload=alert(1)>|x", Status.PASS, "odd check name", log="cells/ok/logs/odd.log")
+        cells.append(CellResult(
+            matrix="cpu", cell_id=f"cell-{i}", checks=[check, odd],
+            axes={"transformers": f"5.{i}.0", "backend": "fsdp", "model": "text",
+                  "image": "<img src=x onerror=alert(1)>" if i == 0 else "registry.example/img:1"},
+            lock=HOSTILE_LINKS[(i + 3) % len(HOSTILE_LINKS)] if i % 2 else f"cells/cell-{i}/lock.txt",
+            environment={"python": "3.11\" onmouseover=\"alert(1)", "os": "<b>linux</b>"},
+        ))
+    return cells
