@@ -1,6 +1,7 @@
 """GitHub Actions glue: workflows validate offline, the job matrix comes from nox's listing with
 each cell's runner label and image, and the job summary stays under 1 MiB."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -78,3 +79,67 @@ def test_the_summary_is_cut_on_a_line_below_the_limit_with_a_link():
     assert body.strip() and set(filter(None, body.splitlines())) == {line.rstrip("\n")}
     small = "# report\n"
     assert ci.cut_summary(small, "x") == small
+
+
+def _workflow_steps(name: str, job: str) -> dict[str, dict]:
+    yaml = pytest.importorskip("yaml")
+    data = yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())
+    return {step.get("name") or step.get("uses", ""): step for step in data["jobs"][job]["steps"]}
+
+
+def _run_step(script: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    """A workflow `run:` script under bash -e as GitHub runs it, with `python` being this interpreter
+    (the step's `pip install -e .` is left out: the harness is importable from PYTHONPATH)."""
+    shim = cwd / "bin"
+    shim.mkdir(exist_ok=True)
+    (shim / "python").unlink(missing_ok=True)
+    (shim / "python").symlink_to(sys.executable)
+    script = script.replace("python -m pip install -e .\n", "")
+    return subprocess.run(["bash", "-e", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**env, "PATH": f"{shim}:{env['PATH']}", "PYTHONPATH": str(ROOT)})
+
+
+def _cells(directory: Path, statuses: dict[str, str]) -> None:
+    from harness.results.records import CellResult, CheckResult, Status, write_json_atomic
+
+    for tf, status in statuses.items():
+        cell = CellResult("cpu", f"fsdp-text-tf{tf}", {"backend": "fsdp", "model": "text", "transformers": tf},
+                          checks=[CheckResult("stack-smoke", Status(status), "m")], finished=f"2026-11-2{len(tf)}")
+        write_json_atomic(directory / "cells" / f"{cell.cell_id}.json", cell.to_dict())
+
+
+def test_the_nightly_compares_with_the_last_published_run_carries_history_and_gates(tmp_path):
+    """The report job's own script, run here: the previous night (restored from the cache into previous/)
+    is compared, its history.json carried forward, and the gate job fails naming the new failure."""
+    steps = _workflow_steps("nightly.yml", "report")
+    names = list(steps)
+    assert names.index("Restore the previous published results") < names.index(
+        "Render, compare with the previous results, carry history forward")
+    assert steps["Restore the previous published results"]["uses"].startswith("actions/cache/restore@")
+    assert steps["actions/cache/save@v4"]["with"]["path"] == "previous/"
+    _cells(tmp_path / "previous" / "cpu", {"5.3.0": "pass", "5.9.0": "pass"})
+    _cells(tmp_path / "reports" / "cpu", {"5.3.0": "pass", "5.9.0": "fail"})
+    (tmp_path / "previous" / "cpu" / "history.json").write_text(json.dumps({"history_version": 1, "last_known_good": {
+        "fsdp/text/old-check": {"versions": {"transformers": "5.2.0"}, "cell": "old", "date": "2026-11-01",
+                                "lock": ""}}}))
+    output, summary = tmp_path / "output.txt", tmp_path / "summary.md"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PAGES_URL": "https://example.github.io/r/",
+           "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary)}
+    done = _run_step(steps["Render, compare with the previous results, carry history forward"]["run"], tmp_path, env)
+    assert done.returncode == 0, done.stderr  # the page is still rendered and published
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    assert outputs["status"] == "5" and "fsdp-text-tf5.9.0 stack-smoke" in outputs["new_failures"]
+    history = json.loads((tmp_path / "reports" / "cpu" / "history.json").read_text())
+    assert "fsdp/text/old-check" in history["last_known_good"]  # carried forward from the previous night
+    assert "fsdp/text/stack-smoke" in history["last_known_good"]
+    assert "NEW FAILURE" in summary.read_text()
+
+    gate = _workflow_steps("nightly.yml", "gate")["Fail on a new failure (report --fail-on-new)"]
+    done = _run_step(gate["run"], tmp_path, {**env, "STATUS": outputs["status"],
+                                             "NEW_FAILURES": outputs["new_failures"]})
+    assert done.returncode == 5 and "::error" in done.stdout and "fsdp-text-tf5.9.0 stack-smoke" in done.stdout
+    assert _run_step(gate["run"], tmp_path, {**env, "STATUS": "0", "NEW_FAILURES": ""}).returncode == 0
+
+    # Tonight's results become tomorrow's previous ones.
+    assert _run_step(steps["Keep these results as the next run's previous ones"]["run"], tmp_path, env).returncode == 0
+    assert (tmp_path / "previous" / "cpu" / "cells" / "fsdp-text-tf5.9.0.json").exists()
