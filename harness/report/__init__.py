@@ -28,8 +28,8 @@ from .markdown import to_markdown
 from .support import support_json
 from .table import REPORT_SCHEMA_VERSION, Report, build_report, clean_text
 
-__all__ = ["REPORT_SCHEMA_VERSION", "Report", "build_report", "load_results", "read_run_info", "render",
-           "support_json", "to_html", "to_json", "to_junit", "to_markdown", "write_report"]
+__all__ = ["DEFAULT_FORMATS", "REPORT_SCHEMA_VERSION", "Report", "build_report", "load_results", "read_run_info",
+           "render", "support_json", "to_html", "to_json", "to_junit", "to_markdown", "write_report"]
 
 MAX_CELL_FILE_BYTES = 32 * 1024 * 1024  # a cell file is a few KB; a huge one is not read into memory
 FORMATS = {"md": "report.md", "html": "report.html", "json": "report.json", "junit": "report.junit.xml",
@@ -219,5 +219,5 @@ def render(report: Report, fmt: str) -> str:
         # Not indented: json's indenting encoder is pure Python, over twice as slow for a big report.
         return json.dumps(to_json(report)) + "\n"
     if fmt == "support":
-        return json.dumps(support_json(report), indent=1, ensure_ascii=False) + "\n"
+        return json.dumps(support_json(report), ensure_ascii=False) + "\n"
     return {"md": to_markdown, "html": to_html, "junit": to_junit}[fmt](report)

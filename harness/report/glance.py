@@ -1,7 +1,8 @@
 """The first screen of report.html: one compact coloured mark per entry, one verdict per version combination.
 
 Marks are ASCII letters on CSS-coloured squares (support.STATUS_LETTERS), so they read the same without an
-emoji font and without colour; each has its status as title and aria-label for screen readers. Only the
+emoji font and without colour; each has its column and status as title (a screen reader's description,
+and a tooltip). Only the
 axes that differ between rows get a column; the rows are grouped under the first of them. A mark links to
 its entry in the row's <details> below, which the browser opens when it follows the link (no script).
 """
@@ -38,7 +39,7 @@ def _mark(status: Status, label: str) -> tuple[str, str]:
     """The mark's markup before and after its link target (the target differs per entry)."""
     text = escape_html(f"{label}: {status.value}")
     return (f'<td><a class="m s-{status.value}" href="#',
-            f'" title="{text}" aria-label="{text}">{STATUS_LETTERS[status]}</a></td>')
+            f'" title="{text}">{STATUS_LETTERS[status]}</a></td>')
 
 
 def _kind(kind: str, href: str, reason: str) -> str:

@@ -9,6 +9,7 @@ report's own relative log and lock paths, percent-encoded.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from html import escape
 from urllib.parse import quote
 
@@ -150,8 +151,8 @@ def _middle(report: Report) -> list[str]:
     return lines
 
 
-def _fit(lines: list[str], budget: int) -> tuple[list[str], int]:
-    """The leading lines that fit in `budget` bytes, and the budget left."""
+def _fit(lines: Iterable[str], budget: int) -> tuple[list[str], int]:
+    """The leading lines that fit in `budget` bytes, and the budget left (lines are made only until then)."""
     kept = []
     for line in lines:
         cost = len(line.encode("utf-8")) + 1
@@ -179,8 +180,8 @@ def to_markdown(report: Report, max_bytes: int = 1_000_000) -> str:
         tail += ["", "## Problems", "", *_bullets(report.problems)]
     budget = max_bytes - 1200 - _size(head) - _size(table_head) - _size(middle) - _size(tail)
     count = len(report.columns)
-    body, budget = _fit([_glance_line(r, v, varying, count) for r, v in zip(report.rows, verdicts)], budget)
-    details, budget = _fit([_details_block(report, r, v) for r, v in zip(report.rows[:len(body)], verdicts)], budget)
+    body, budget = _fit((_glance_line(r, v, varying, count) for r, v in zip(report.rows, verdicts)), budget)
+    details, budget = _fit((_details_block(report, r, v) for r, v in zip(report.rows[:len(body)], verdicts)), budget)
     lines = head + (table_head + body if body else ["No rows."] if not report.rows else [])
     cut = len(report.rows) - len(body)
     if cut:
