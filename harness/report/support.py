@@ -53,7 +53,8 @@ def _patched_reason(column: Column, entry: Entry) -> str:
     affected = _affected_names(entry)
     passing = [v.name for v in entry.verdicts if v.status is Status.PASS]
     if affected and passing:
-        return f"{column.label}: upstream bug reproduced ({_names(affected)}); {_names(passing)} pass"
+        held = ", ".join(passing) if len(passing) <= 3 else f"the other {len(passing)} sub-verdicts"
+        return f"{column.label}: upstream bug reproduced ({_names(affected)}); {held} pass"
     return f"{column.label}: {entry.message or 'upstream bug reproduced'}"
 
 
