@@ -126,11 +126,12 @@ def to_html(report: Report) -> str:
     page = ["\n".join(_preamble(report, verdicts)), "\n"]
     plots: list[tuple[str, Entry]] = []
     labels = [f'<th>{e(c.label)}</th>' for c in report.columns]
+    axis_names = [e(axis) for axis in report.axes]
     for number, (row, verdict) in enumerate(zip(report.rows, verdicts)):
-        axes = _DOT.join(f"{e(axis)} {esc[value]}" for axis, value in zip(report.axes, row.axes) if value)
-        env = "; ".join(f"{k}: {v}" for k, v in row.environment.items())
+        axes = _DOT.join([f"{name} {esc[value]}" for name, value in zip(axis_names, row.axes) if value])
+        env = "; ".join([f"{k}: {v}" for k, v in row.environment.items()])
         page.append(f'<details><summary><span class="k k-{verdict.kind}">{_KIND[verdict.kind]}</span> {axes}'
-                    f' &mdash; {esc[verdict.reason]}</summary><div id="r{number}" class="env">{e(env)}</div>'
+                    f' &mdash; {esc[verdict.reason]}</summary><div id="r{number}" class="env">{esc[env]}</div>'
                     "<table><tbody>")
         for i, entry in sorted(row.entries.items()):  # column order: plots are numbered left to right
             plot_id = None

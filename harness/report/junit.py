@@ -17,24 +17,32 @@ from .table import Entry, Report
 _SKIPPED = (Status.SKIP, Status.XFAIL)
 
 
-def _testcase(entry: Entry, label: str) -> str:
-    head = f"<testcase classname={quoteattr(entry.cell_id)} name={quoteattr(label)} time=\"{entry.duration:.3f}\""
+class _Quoted(dict):
+    """quoteattr with memory: check names and many messages repeat across thousands of cases."""
+
+    def __missing__(self, text: str) -> str:
+        value = self[text] = quoteattr(text)
+        return value
+
+
+def _testcase(entry: Entry, head: str, quoted: _Quoted) -> str:
     body = []
-    message = quoteattr(entry.message)
+    message = quoted[entry.message]
     if entry.status.is_failure:
         detail = entry.repro and f"repro: {entry.repro}"
         body.append(f"<failure type=\"{entry.status.value}\" message={message}>{escape(detail)}</failure>")
     elif entry.status in _SKIPPED:
         if entry.known_failure:
             kf = entry.known_failure
-            message = quoteattr(f"known failure: {kf.get('reason', '')} ({kf.get('link', '')}, expires "
-                                f"{kf.get('expires', '')})")
+            message = quoted[f"known failure: {kf.get('reason', '')} ({kf.get('link', '')}, expires "
+                             f"{kf.get('expires', '')})"]
         body.append(f"<skipped message={message}/>")
     out = [f"{entry.status.value}: {entry.message}"]
-    out += [f"{v.name}: {v.status.value}: {v.message}" for v in entry.verdicts]
+    if entry.verdicts:
+        out += [f"{v.name}: {v.status.value}: {v.message}" for v in entry.verdicts]
     out += [f"{kind}: {path}" for kind, path in (("log", entry.log), ("lock", entry.lock)) if path]
     body.append(f"<system-out>{escape(chr(10).join(out))}</system-out>")
-    return f"{head}>{''.join(body)}</testcase>"
+    return f"{head} time=\"{entry.duration:.3f}\">{''.join(body)}</testcase>"
 
 
 def to_junit(report: Report) -> str:
@@ -47,6 +55,7 @@ def to_junit(report: Report) -> str:
     out = ['<?xml version="1.0" encoding="UTF-8"?>']
     totals = {"tests": 0, "failures": 0, "skipped": 0}
     parts = []
+    quoted = _Quoted()
     for cell_id in sorted(suites):
         cases = sorted(suites[cell_id], key=lambda pair: pair[0])
         failures = sum(e.status.is_failure for _, e in cases)
@@ -55,9 +64,10 @@ def to_junit(report: Report) -> str:
         totals["tests"] += len(cases)
         totals["failures"] += failures
         totals["skipped"] += skipped
-        parts.append(f"<testsuite name={quoteattr(cell_id)} tests=\"{len(cases)}\" failures=\"{failures}\" "
+        parts.append(f"<testsuite name={quoted[cell_id]} tests=\"{len(cases)}\" failures=\"{failures}\" "
                      f"errors=\"0\" skipped=\"{skipped}\" time=\"{seconds:.3f}\">")
-        parts += [_testcase(entry, label) for label, entry in cases]
+        head = f"<testcase classname={quoted[cell_id]} name="
+        parts += [_testcase(entry, head + quoted[label], quoted) for label, entry in cases]
         parts.append("</testsuite>")
     out.append(f"<testsuites name={quoteattr(report.title)} tests=\"{totals['tests']}\" "
                f"failures=\"{totals['failures']}\" errors=\"0\" skipped=\"{totals['skipped']}\">")

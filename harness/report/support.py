@@ -88,7 +88,12 @@ def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
 
 
 def row_verdicts(report: Report) -> list[RowVerdict]:
-    return [row_verdict(report.columns, row) for row in report.rows]
+    """Every row's verdict; worked out once per report (a built Report is not changed afterwards), since
+    report.md, report.html and support.json each need them."""
+    cached = report.__dict__.get("_row_verdicts")
+    if cached is None or len(cached) != len(report.rows):
+        cached = report.__dict__["_row_verdicts"] = [row_verdict(report.columns, row) for row in report.rows]
+    return cached
 
 
 def varying_axes(report: Report) -> tuple[list[int], dict[str, str]]:
