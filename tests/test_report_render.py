@@ -170,3 +170,24 @@ def test_the_collector_is_enabled_again_when_building_fails(monkeypatch):
 def test_escape_html_is_html_escape_written_in_ascii():
     text = "<a href='x'>&</a> \u2705 \u00b7 \U0001f4a5 \u202e"
     assert escape_html(text) == "&lt;a href=&#x27;x&#x27;&gt;&amp;&lt;/a&gt; &#9989; &#183; &#128165; &#8238;"
+
+
+def test_the_glance_table_comes_first_with_only_the_differing_axes_grouped_under_the_first():
+    cells = synthetic_cells(120, seed=21)
+    for cell in cells:
+        cell.axes["torch"] = "2.13.0"  # the same in every row: listed once, not a column
+    report = build_report(cells)
+    page = to_html(report)
+    glance = page[page.index('<table class="glance">'):page.index("</table>")]
+    assert page.index("version combinations:") < page.index('<table class="glance">') < page.index("Generated from")
+    assert "Same in every row: torch 2.13.0" in page and "<th rowspan=\"2\">torch</th>" not in glance
+    assert '<th rowspan="2">device</th>' not in glance  # the group axis is a group header, not a column
+    groups = re.findall(r'<tr class="grp"><th colspan="\d+">device (\w+)</th>', glance)
+    assert groups == sorted(set(groups), key=groups.index) and set(groups) == {c.axes["device"] for c in cells}
+    marks = re.findall(r'<a class="m s-(\w+)" href="#e(\d+)-(\d+)" title="([^"]*)">([A-Z])</a>', glance)
+    assert len(marks) == sum(len(row.entries) for row in report.rows)
+    for status, row, column, title, letter in marks:
+        entry = report.rows[int(row)].entries[int(column)]
+        assert status == entry.status.value and letter == STATUS_LETTERS[entry.status]
+        assert title == escape_html(f"{report.columns[int(column)].label}: {status}")
+        assert f'<tr id="e{row}-{column}">' in page  # the mark's target is its entry in the details
