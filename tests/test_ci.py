@@ -81,6 +81,13 @@ def test_the_summary_is_cut_on_a_line_below_the_limit_with_a_link():
     assert ci.cut_summary(small, "x") == small
 
 
+def test_a_summary_cut_inside_a_details_block_closes_it():
+    block = "<details><summary>works: transformers 5.3.0</summary>\n\n" + "- entry\n" * 400 + "\n</details>\n"
+    cut = ci.cut_summary(block * 400, "https://example.org/report.html")
+    assert len(cut.encode("utf-8")) <= ci.SUMMARY_LIMIT
+    assert cut.count("<details>") == cut.count("</details>") > 0
+
+
 def _workflow_steps(name: str, job: str) -> dict[str, dict]:
     yaml = pytest.importorskip("yaml")
     data = yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())

@@ -52,9 +52,12 @@ def cut_summary(markdown: str, link: str, limit: int = SUMMARY_LIMIT) -> str:
     if len(data) <= limit:
         return markdown
     note = f"\n\n**Summary cut to fit the 1 MiB job-summary limit. Full report: <{link}>**\n"
-    room = limit - len(note.encode("utf-8"))
+    close = "\n</details>\n"  # a cut inside a <details> block (report.md has one per row) must close it
+    room = limit - len(note.encode("utf-8")) - len(close)
     kept = data[:room].decode("utf-8", errors="ignore")
     kept = kept[: kept.rfind("\n") + 1] if "\n" in kept else ""
+    if kept.count("<details>") > kept.count("</details>"):
+        kept += close
     return kept + note
 
 
