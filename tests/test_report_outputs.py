@@ -62,7 +62,8 @@ def test_support_json_is_stable_and_documented():
     assert data["combinations"][1] == {
         "axes": {"transformers": "5.3.0"}, "verdict": "patched", "label": "works with the trainer's patches",
         "reason": "fsdp · text · probe: upstream bug reproduced (stock); ours pass", "cells": ["fsdp-text-tf5.3.0"],
-        "checks": {"fsdp · text · probe": "pass", "fsdp · text · other": "pass"}}
+        "checks": {"fsdp/text/probe": "pass", "fsdp/text/other": "pass"}}
+    assert data["columns"][1] == {"key": "fsdp/text/probe", "backend": "fsdp", "model": "text", "check": "probe"}
     # The same results in any order give the same bytes.
     shuffled = CELLS.copy()
     random.Random(3).shuffle(shuffled)

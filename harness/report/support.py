@@ -119,19 +119,21 @@ def support_json(report: Report, verdicts: list[RowVerdict] | None = None) -> di
     """The support summary for other tools; keys and order are fixed by SUPPORT_SCHEMA_VERSION.
 
     {"schema", "schema_version", "title", "constant_axes": {axis: value}, "varying_axes": [axis...],
-     "columns": [label...], "counts": {kind: n}, "combinations": [{"axes": {axis: value} (varying axes, "" when
-     absent), "verdict": kind, "label", "reason", "cells": [cell id...], "checks": {column label: status}}]}
+     "columns": [{"key": "backend/model/check", "backend", "model", "check"}], "counts": {kind: n},
+     "combinations": [{"axes": {axis: value} (varying axes, "" when absent), "verdict": kind, "label", "reason",
+     "cells": [cell id...], "checks": {column key: status}}]}
     """
     verdicts = row_verdicts(report) if verdicts is None else verdicts
     varying, constant = varying_axes(report)
-    labels = [c.label for c in report.columns]
+    labels = [f"{c.backend}/{c.model}/{c.check}" for c in report.columns]  # as history.json keys them
     return {
         "schema": SUPPORT_SCHEMA,
         "schema_version": SUPPORT_SCHEMA_VERSION,
         "title": report.title,
         "constant_axes": constant,
         "varying_axes": [report.axes[p] for p in varying],
-        "columns": labels,
+        "columns": [{"key": key, "backend": c.backend, "model": c.model, "check": c.check}
+                    for key, c in zip(labels, report.columns)],
         "counts": kind_counts(verdicts),
         "combinations": [
             {"axes": {report.axes[p]: row.axes[p] for p in varying}, "verdict": verdict.kind, "label": verdict.label,
