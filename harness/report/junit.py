@@ -2,9 +2,9 @@
 
 fail, error, crash and timeout become <failure> (type = the status, message = the check's message); skip
 and xfail become <skipped> (an xfail names its known failure). pass and affected are plain testcases:
-`affected` is evidence of an upstream bug, not a failure of the trainer, and its sub-verdicts are in
-<system-out>. Every text goes through XML escaping; table.clean_text has already removed the control
-characters XML 1.0 cannot carry.
+`affected` is evidence of an upstream bug, not a failure of the trainer. Every case but a pass has its
+message, sub-verdicts, log and lock in <system-out>. Every text goes through XML escaping;
+table.clean_text has already removed the control characters XML 1.0 cannot carry.
 """
 from __future__ import annotations
 
@@ -37,11 +37,12 @@ def _testcase(entry: Entry, head: str, quoted: _Quoted) -> str:
             message = quoted[f"known failure: {kf.get('reason', '')} ({kf.get('link', '')}, expires "
                              f"{kf.get('expires', '')})"]
         body.append(f"<skipped message={message}/>")
-    out = [f"{entry.status.value}: {entry.message}"]
-    if entry.verdicts:
-        out += [f"{v.name}: {v.status.value}: {v.message}" for v in entry.verdicts]
-    out += [f"{kind}: {path}" for kind, path in (("log", entry.log), ("lock", entry.lock)) if path]
-    body.append(f"<system-out>{escape(chr(10).join(out))}</system-out>")
+    if entry.status is not Status.PASS:  # a pass says all there is in its name; the rest explain themselves
+        out = [f"{entry.status.value}: {entry.message}"]
+        if entry.verdicts:
+            out += [f"{v.name}: {v.status.value}: {v.message}" for v in entry.verdicts]
+        out += [f"{kind}: {path}" for kind, path in (("log", entry.log), ("lock", entry.lock)) if path]
+        body.append(f"<system-out>{escape(chr(10).join(out))}</system-out>")
     return f"{head} time=\"{entry.duration:.3f}\">{''.join(body)}</testcase>"
 
 
