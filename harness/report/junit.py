@@ -2,7 +2,7 @@
 
 fail, error, crash and timeout become <failure> (type = the status, message = the check's message); skip
 and xfail become <skipped> (an xfail names its known failure). pass and affected are plain testcases:
-`affected` is evidence of an upstream bug, not a failure of the trainer. Every case but a pass has its
+`affected` is evidence of an upstream bug, not a failure of the trainer. Every case but a plain pass has its
 message, sub-verdicts, log and lock in <system-out>. Every text goes through XML escaping;
 table.clean_text has already removed the control characters XML 1.0 cannot carry.
 """
@@ -37,7 +37,8 @@ def _testcase(entry: Entry, head: str, quoted: _Quoted) -> str:
             message = quoted[f"known failure: {kf.get('reason', '')} ({kf.get('link', '')}, expires "
                              f"{kf.get('expires', '')})"]
         body.append(f"<skipped message={message}/>")
-    if entry.status is not Status.PASS:  # a pass says all there is in its name; the rest explain themselves
+    # A plain pass says all in its name; anything else (a pass with an affected sub-verdict too) explains itself.
+    if entry.status is not Status.PASS or any(v.status is not Status.PASS for v in entry.verdicts):
         out = [f"{entry.status.value}: {entry.message}"]
         if entry.verdicts:
             out += [f"{v.name}: {v.status.value}: {v.message}" for v in entry.verdicts]
