@@ -26,7 +26,8 @@ def test_real_cells_end_to_end(tmp_path):
 
     old = json.loads((out / "cells" / f"{OLD}.json").read_text())
     new = json.loads((out / "cells" / f"{NEW}.json").read_text())
-    assert old["checks"][0]["status"] == "fail"
+    # matrices/cpu.toml declares this failure as known (no Qwen3.5 before 5.2.0): xfail, the failure kept.
+    assert old["checks"][0]["status"] == "xfail" and old["checks"][0]["original_status"] == "fail"
     assert "unavailable in transformers 5.1.0" in old["checks"][0]["message"]
     assert new["checks"][0]["status"] == "pass", new["checks"][0]
     assert new["environment"]["packages"]["transformers"] == "5.23.0"
