@@ -46,3 +46,24 @@ def test_without_megatron_core_the_plan_is_unchecked_not_passed(tmp_path, monkey
 
 def test_shipped_plans_are_found():
     assert len(launch_plans.plan_files()) >= 5
+
+
+@needs_mcore
+def test_a_declared_failure_is_xfail_and_a_stale_one_fails(tmp_path, monkeypatch):
+    declared = write_plan(tmp_path, "declared.toml", parallel__cp=2, expect__starts=False,
+                          expect__reason="cp with GDN is refused")
+    result = run_on(monkeypatch, declared)
+    assert result.status is Status.PASS, result.message
+    assert result.verdicts[0].status is Status.XFAIL and "cp with GDN is refused" in result.verdicts[0].message
+    stale = write_plan(tmp_path, "stale.toml", expect__starts=False, expect__reason="thought to be too big")
+    result = run_on(monkeypatch, stale)
+    assert result.status is Status.FAIL and result.verdicts[0].status is Status.FAIL
+    assert "stale" in result.verdicts[0].message
+
+
+def test_a_declared_failure_needs_its_reason(tmp_path):
+    from harness.errors import InputError
+    from harness.plans.plan_format import load_plan
+
+    with pytest.raises(InputError, match=r"expect\.reason: missing"):
+        load_plan(write_plan(tmp_path, "noreason.toml", expect__starts=False))

@@ -1,9 +1,10 @@
 """launch-plans: would the shipped launch plans (plans/*.toml) start on this cell's versions?
 
-One sub-verdict per plan: pass (would start), fail (would not start, with every reason), skip
-(a rule this environment cannot answer, e.g. no megatron-core in an FSDP cell; the reason says
-which). The check fails when a plan would not start here, so the table shows, per stack, which
-seed plans would start and why not; it is a skip when no plan could be answered at all.
+One sub-verdict per plan: pass (would start), fail (would not start, with every reason), xfail (would
+not start, as the plan file's `[expect]` declares, with its reason), skip (a rule this environment cannot
+answer, e.g. no megatron-core in an FSDP cell; the reason says which). The check fails when a plan's
+verdict here differs from what its file expects: a plan that stops starting on this stack, or a declared
+failure that no longer happens (stale). It is a skip when no plan could be answered at all.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from . import CheckOptions
 
 NAME = "launch-plans"
 PLANS_DIR = Path(__file__).resolve().parents[2] / "plans"
-_STATUS = {"would start": Status.PASS, "would not start": Status.FAIL, "unchecked": Status.SKIP}
 
 
 def plan_files() -> list[Path]:
@@ -32,6 +32,21 @@ def _reasons(verdict) -> str:
     return "; ".join(f"{f.field}: {f.message}" for f in verdict.findings if f.status == wanted)
 
 
+def _judge(plan, verdict: str, reasons: str) -> tuple[Status, str]:
+    """A plan's sub-verdict: its verdict here against what its file expects."""
+    if verdict == "unchecked":
+        return Status.SKIP, f"unchecked: {reasons}"
+    starts = verdict == "would start"
+    if starts == plan.expect_starts:
+        if starts:
+            return Status.PASS, "would start"
+        return Status.XFAIL, f"would not start, as declared ({plan.expect_reason}): {reasons}"
+    if starts:
+        return Status.FAIL, (f"would start, but plans/{plan.path.name} declares it would not "
+                             f"({plan.expect_reason}): the declaration is stale")
+    return Status.FAIL, f"would not start: {reasons}"
+
+
 def run(options: CheckOptions) -> CheckResult:
     from harness.plans.plan_format import load_plan
     from harness.plans.verdict import evaluate
@@ -40,21 +55,25 @@ def run(options: CheckOptions) -> CheckResult:
     set_cpu_threads()
     verdicts = []
     for path in plan_files():
-        result = evaluate(load_plan(path))
-        message = "would start" if result.verdict == "would start" else f"{result.verdict}: {_reasons(result)}"
-        verdicts.append(Verdict(path.stem, _STATUS[result.verdict], message,
+        plan = load_plan(path)
+        result = evaluate(plan)
+        status, message = _judge(plan, result.verdict, _reasons(result))
+        verdicts.append(Verdict(path.stem, status, message,
                                 metrics={"memory_gib": result.memory_gib, "world_size": result.plan.world_size}))
     if not verdicts:
         return CheckResult(NAME, Status.ERROR, f"no plan files in {PLANS_DIR.name}/")
     starting = [v.name for v in verdicts if v.status is Status.PASS]
     failing = [v.name for v in verdicts if v.status is Status.FAIL]
+    expected = [v.name for v in verdicts if v.status is Status.XFAIL]
     summary = f"{len(starting)} of {len(verdicts)} plans would start"
-    metrics = {"would_start": starting, "would_not_start": failing,
+    metrics = {"would_start": starting, "unexpected": failing, "would_not_start_as_declared": expected,
                "unchecked": [v.name for v in verdicts if v.status is Status.SKIP]}
     if failing:
-        return CheckResult(NAME, Status.FAIL, f"{summary}; would not start: {', '.join(failing)}", metrics=metrics,
-                           verdicts=verdicts)
+        return CheckResult(NAME, Status.FAIL, f"{summary}; not as their plan files expect: {', '.join(failing)}",
+                           metrics=metrics, verdicts=verdicts)
+    if expected:
+        summary += f"; would not start, as declared: {', '.join(expected)}"
     if metrics["unchecked"]:
         summary += f"; unchecked here: {', '.join(metrics['unchecked'])}"
-    status = Status.PASS if starting else Status.SKIP  # nothing answerable here is not a pass
+    status = Status.PASS if starting or expected else Status.SKIP  # nothing answerable here is not a pass
     return CheckResult(NAME, status, summary, metrics=metrics, verdicts=verdicts)

@@ -39,7 +39,15 @@ recompute = true                    # full activation recompute
 engine = "vllm"                     # default "none"
 tp = 8
 nodes = 8                           # optional: a separate rollout pool (fully async); default colocated
+
+[expect]                            # optional: the plan, as published, is known not to start
+starts = false                      # default true
+reason = "94 layers do not split over pp = 8 ..."   # required when starts = false
+link = "https://github.com/..."     # optional
 ```
+
+The launch-plans check fails when a plan's verdict differs from `expect.starts`: a plan that stops
+starting on a stack, and a declared failure that no longer happens (stale), both show.
 
 Every problem is an `InputError` naming the file and the field: one line, exit status 2.
 """
@@ -66,9 +74,11 @@ _INT_FIELDS = {
 _BOOL_FIELDS = {
     "batch": {"remove_padding": None, "dynamic_bsz": None},
     "memory": {"param_offload": False, "grad_offload": False, "optimizer_offload": False, "recompute": False},
+    "expect": {"starts": True},
 }
 _STR_FIELDS = {"plan": {"name": None, "model": None, "backend": None, "source": ""},
-               "cluster": {"device": None}, "rollout": {"engine": "none"}}
+               "cluster": {"device": None}, "rollout": {"engine": "none"},
+               "expect": {"reason": "", "link": ""}}
 _FLOAT_FIELDS = {"cluster": {"memory_gib": None}}
 # 0 means "not set" for these (and an SFT plan has no response)
 _OPTIONAL_ZERO = {"first_stage_layers", "last_stage_layers", "nodes", "max_response_length"}
@@ -128,6 +138,9 @@ class Plan:
     rollout_engine: str
     rollout_tp: int
     rollout_nodes: int
+    expect_starts: bool = True
+    expect_reason: str = ""
+    expect_link: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -178,7 +191,7 @@ def _read(data: dict, path: Path, fields: dict, kind: type, check) -> dict[str, 
             if key not in table:
                 if default is None:
                     raise InputError(f"{where}: missing (required)")
-                out[key if section != "rollout" else f"rollout_{key}"] = default
+                out[_attribute(section, key)] = default
                 continue
             value = table[key]
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -186,8 +199,13 @@ def _read(data: dict, path: Path, fields: dict, kind: type, check) -> dict[str, 
             if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
                 raise InputError(f"{where}: expected {kind.__name__}, got {value!r}")
             check(where, key, value)
-            out[key if section != "rollout" else f"rollout_{key}"] = value
+            out[_attribute(section, key)] = value
     return out
+
+
+def _attribute(section: str, key: str) -> str:
+    """The Plan attribute of a field: rollout.tp is rollout_tp, expect.starts is expect_starts."""
+    return f"{section}_{key}" if section in ("rollout", "expect") else key
 
 
 def _positive(where: str, key: str, value) -> None:
@@ -211,7 +229,7 @@ def load_plan(path: Path, models_dir: Path = MODELS_DIR) -> Plan:
         raise InputError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML ({exc})") from None
-    known_sections = {"plan", "cluster", "parallel", "batch", "memory", "rollout"}
+    known_sections = {"plan", "cluster", "parallel", "batch", "memory", "rollout", "expect"}
     for section, table in data.items():
         if section not in known_sections:
             expected = ", ".join(sorted(known_sections))
@@ -231,5 +249,7 @@ def load_plan(path: Path, models_dir: Path = MODELS_DIR) -> Plan:
         raise InputError(f"{path}: plan.backend: expected one of {', '.join(BACKENDS)}, got {values['backend']!r}")
     if values["device"] not in DEVICES:
         raise InputError(f"{path}: cluster.device: expected one of {', '.join(DEVICES)}, got {values['device']!r}")
+    if not values["expect_starts"] and not values["expect_reason"].strip():
+        raise InputError(f"{path}: expect.reason: missing (required when expect.starts = false)")
     model = load_model(values.pop("model"), f"{path}: plan.model", models_dir)
     return Plan(path=path, model=model, **values)
