@@ -54,8 +54,9 @@ def _agree_on_patches(trainer, producer: RolloutProducer, device) -> list[str]:
     return reported
 
 
-def train(trainer) -> list[dict]:
-    """Run trainer.config.steps updates in fully-async mode; one metrics record per update."""
+def train(trainer, on_record=None) -> list[dict]:
+    """Run trainer.config.steps updates in fully-async mode; one metrics record per update, also
+    handed to `on_record` as it is made (the benchmark's step clock)."""
     config = trainer.config
     staleness, device = config.staleness, trainer.device
     trainer.loss_config = dataclasses.replace(trainer.loss_config, tis_cap=config.tis_cap)
@@ -71,6 +72,8 @@ def train(trainer) -> list[dict]:
         producer.go.set()
         for step in range(config.steps):
             records.append(_one_update(trainer, step, samples, publisher, producer, clock, producer_patches))
+            if on_record is not None:
+                on_record(records[-1])
     finally:
         producer.stop()
     return records
