@@ -60,8 +60,8 @@ def run_side(name: str, settings: dict, work: Path, reference: dict, cap: float)
     settings_file, clock_file, metrics, log = (Path(f"{stem}{s}") for s in (".json", ".clock.jsonl",
                                                                           ".metrics.jsonl", ".log"))
     settings_file.write_text(json.dumps({**settings, "metrics": str(metrics)}), encoding="utf-8")
-    run = run_capped([sys.executable, "-m", "harness.benchmarks.async_grpo", "--worker", "--settings",
-                      str(settings_file), "--clock", str(clock_file)], {**os.environ, **THREAD_ENV}, log, cap)
+    run = run_capped([sys.executable, "-m", "harness.benchmarks.async_grpo", "--worker",
+                      str(settings_file), str(clock_file)], {**os.environ, **THREAD_ENV}, log, cap)
     steps = [json.loads(line) for line in clock_file.read_text().splitlines() if line.strip()] \
         if clock_file.exists() else []
     records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] \
@@ -116,6 +116,10 @@ def summarise_sides(runs: dict[str, list[dict]]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--worker"]:  # internal: one side's process, `--worker SETTINGS CLOCK`
+        train_side(json.loads(Path(argv[1]).read_text(encoding="utf-8")), Path(argv[2]))
+        return 0
     parser = argparse.ArgumentParser(prog="python -m harness.benchmarks.async_grpo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path)
@@ -123,13 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--cap", type=float, default=900.0, help="seconds per side and seed before it is killed")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # internal: one side's process
-    parser.add_argument("--settings", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--clock", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
-        train_side(json.loads(args.settings.read_text(encoding="utf-8")), args.clock)
-        return 0
     if args.out is None:
         parser.error("--out is required")
     figures = benchmark(args)
