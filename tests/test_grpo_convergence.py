@@ -94,3 +94,15 @@ def test_fully_async_results_combine_with_prefixed_verdicts():
     assert combined.status is Status.FAIL
     assert [v.name for v in combined.verdicts] == ["staleness1/band", "staleness2/bounded"]
     assert check.reference_path("fsdp", "text", 2).name == "grpo_fsdp_text_async2.json"
+
+
+@pytest.mark.slow
+def test_fully_async_check_passes_at_staleness_1_with_its_distribution(tmp_path):
+    result = check.run_with(CheckOptions(model="text", work_dir=tmp_path, mode="fully-async"), staleness=(1,))
+    if result.status is Status.SKIP:
+        pytest.skip(result.message)
+    assert result.status is Status.PASS, result.message
+    assert {v.name for v in result.verdicts} == {f"staleness1/{n}" for n in ("threshold", "gain", "band", "bounded")}
+    run = result.metrics["staleness1"]
+    assert run["staleness_distribution"] == {"0": 1, "1": run["steps"] - 1}
+    assert 0.0 <= run["overlap_fraction"] <= 1.0
