@@ -61,3 +61,15 @@ def test_a_producer_without_a_trainer_patch_stops_the_run_at_start_up():
     finally:
         trainer.close()
         dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_megatron_trainer_runs_the_same_fully_async_loop(tmp_path):
+    pytest.importorskip("megatron.core")
+    metrics = tmp_path / "megatron.jsonl"
+    command = [sys.executable, "-m", "trainers.megatron", "--steps", "3", "--device", "cpu", "--mode", "fully-async",
+               "--staleness", "1", "--metrics", str(metrics)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    records = read_metrics(metrics)
+    assert [r["staleness"] for r in records] == [0, 1, 1] and [r["weight_version"] for r in records] == [0, 0, 1]

@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     if records and int(os.environ.get("RANK", 0)) == 0:
         first, last = records[0], records[-1]
         print(f"GRPO megatron {config.variant} tp={config.tp}: {len(records)} steps, reward "
-              f"{first['reward_mean']:.3f} -> {last['reward_mean']:.3f} (bridge {last['bridge']})", flush=True)
+              f"{first['reward_mean']:.3f} -> {last['reward_mean']:.3f} (bridge {last.get('bridge', 'n/a')})",
+              flush=True)
     return 0
 
 
