@@ -28,7 +28,7 @@ from harness.benchmarks.grpo import THREAD_ENV, StepClock, run_capped, summarise
 from harness.checks.grpo_convergence import reference_path
 from harness.results.records import write_json_atomic
 
-OVERLAP_KEYS = ("overlap_fraction", "rollout_busy_fraction", "update_busy_fraction", "wall_seconds")
+OVERLAP_KEYS = ("overlap_fraction", "rollout_busy_fraction", "update_busy_fraction")
 
 
 def train_side(settings: dict, clock_file: Path) -> None:
