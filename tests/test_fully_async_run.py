@@ -73,3 +73,58 @@ def test_megatron_trainer_runs_the_same_fully_async_loop(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     records = read_metrics(metrics)
     assert [r["staleness"] for r in records] == [0, 1, 1] and [r["weight_version"] for r in records] == [0, 0, 1]
+
+
+def _total(state) -> float:
+    return float(sum(t.double().sum() for t in state.values()))
+
+
+class _RecordingEngine:
+    """The trainer's engine, wrapped to record which thread loads weights into it: the path a vLLM
+    engine takes too (the producer calls only `generate` and `sync_weights`)."""
+
+    def __init__(self, inner):
+        self.inner, self.loads = inner, []
+
+    def generate(self, *args, **kwargs):
+        return self.inner.generate(*args, **kwargs)
+
+    def sync_weights(self, state):
+        import threading
+
+        self.loads.append((threading.current_thread().name, _total(state)))
+        self.inner.sync_weights(state)
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.mark.slow
+def test_weights_reach_the_engine_from_the_producer_thread_only():
+    import threading
+
+    import torch.distributed as dist
+
+    from trainers.fsdp.config import TrainConfig
+    from trainers.fsdp.train import GRPOTrainer
+    from trainers.fully_async import driver
+
+    trainer = GRPOTrainer(TrainConfig(steps=4, mode="fully-async", staleness=1, device="cpu"))
+    try:
+        trainer.rollout = engine = _RecordingEngine(trainer.rollout)
+        exported, export = [], trainer.export_rollout_weights
+
+        def export_and_note():
+            state = export()
+            exported.append(_total(state))  # now: the trainer's tensors change with the next update
+            return state
+
+        trainer.export_rollout_weights = export_and_note
+        driver.train(trainer)
+        # batches 0..3 use versions 0, 0, 1, 2: versions 1 and 2 are loaded, by the producer, never the trainer
+        assert [name for name, _ in engine.loads] == ["rollout-hf-0"] * 2
+        assert threading.current_thread().name not in {name for name, _ in engine.loads}
+        assert [total for _, total in engine.loads] == exported[:2]  # exactly the versions the trainer published
+    finally:
+        trainer.close()
+        dist.destroy_process_group()
