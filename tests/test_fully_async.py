@@ -96,3 +96,13 @@ def test_patch_disagreement_names_the_difference_in_one_line():
 def test_options_are_validated():
     assert option_problems("fully-async", 2, 2.0) == []
     assert len(option_problems("async", -1, 0.0)) == 3
+
+
+def test_the_trainers_side_is_its_selection_minus_what_does_not_apply_here():
+    from trainers.fully_async.patch_agreement import intended_patches
+    from trainers.patches import training
+
+    selection = [patch.name for patch in training.selected("cpu")]
+    patches = training.TrainingPatches(not_applicable={selection[0]: "target gone"})
+    assert intended_patches(patches, "cpu") == sorted(selection[1:])  # applied by it or before it: both count
+    assert intended_patches(None, "cpu") == []  # a trainer without a patch set

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from .busy import BusyClock
-from .patch_agreement import PatchMismatch, check_agreement
+from .patch_agreement import PatchMismatch, check_agreement, intended_patches
 from .producer import RolloutProducer
 from .samples import BoundedSampleQueue
 from .weights import WeightPublisher
@@ -41,10 +41,10 @@ def _all_reduce(values: list[float], device, op=dist.ReduceOp.SUM) -> list[float
 def _agree_on_patches(trainer, producer: RolloutProducer, device) -> list[str]:
     """The producer's report against the trainer's patches; every rank fails if any rank differs."""
     reported = producer.patch_report.result(timeout=START_TIMEOUT)
-    trainer_patches = trainer.patches.names if getattr(trainer, "patches", None) is not None else []
+    expected = intended_patches(getattr(trainer, "patches", None), producer.device_type)
     problem = None
     try:
-        check_agreement(trainer_patches, {producer.producer_name: reported})
+        check_agreement(expected, {producer.producer_name: reported})
     except PatchMismatch as exc:
         problem = exc
     if _all_reduce([1.0 if problem else 0.0], device, dist.ReduceOp.MAX)[0] and problem is None:

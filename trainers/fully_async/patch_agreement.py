@@ -19,6 +19,18 @@ def patches_in_effect(device_type: str) -> list[str]:
     return sorted(patch.name for patch in training.selected(device_type) if patch.applied)
 
 
+def intended_patches(trainer_patches, device_type: str) -> list[str]:
+    """The trainer's side: every patch of its selection that applies here (`trainer_patches` is its
+    TrainingPatches; one applied earlier by someone else in this process counts too; None: a trainer
+    without a patch set)."""
+    if trainer_patches is None:
+        return []
+    from ..patches import training
+
+    return sorted(patch.name for patch in training.selected(device_type)
+                  if patch.name not in trainer_patches.not_applicable)
+
+
 def check_agreement(trainer_patches: list[str], producers: dict[str, list[str]]) -> None:
     """Raise PatchMismatch (one line) when any producer's patches differ from the trainer's."""
     expected = set(trainer_patches)
