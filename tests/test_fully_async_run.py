@@ -112,14 +112,14 @@ def test_weights_reach_the_engine_from_the_producer_thread_only():
     trainer = GRPOTrainer(TrainConfig(steps=4, mode="fully-async", staleness=1, device="cpu"))
     try:
         trainer.rollout = engine = _RecordingEngine(trainer.rollout)
-        exported, export = [], trainer.export_rollout_weights
+        exported, export = [], trainer.export_weights
 
         def export_and_note():
             state = export()
             exported.append(_total(state))  # now: the trainer's tensors change with the next update
             return state
 
-        trainer.export_rollout_weights = export_and_note
+        trainer.export_weights = export_and_note
         driver.train(trainer)
         # batches 0..3 use versions 0, 0, 1, 2: versions 1 and 2 are loaded, by the producer, never the trainer
         assert [name for name, _ in engine.loads] == ["rollout-hf-0"] * 2

@@ -1,8 +1,9 @@
 """Fully-async GRPO: rollout keeps generating while the trainer updates, with bounded staleness.
 
-Drives either trainer (FSDP2 or Megatron-core) through their shared protocol only:
-`rollout_step(step)`, `update(batch, advantages)`, `export_rollout_weights()` (the state the
-engine takes), `rollout` (the engine), `loss_config`, `config`, `patches`.
+Drives either trainer (FSDP2 or Megatron-core) through the GRPO loop they share
+(trainers/grpo_loop.py) only: `rollout_step(step)`, `update(batch, advantages)`, `export_weights()`
+(the state the engine takes), `backend_record(step)`, `rollout` (the engine), `loss_config`,
+`config`, `patches` (when the backend has a patch set).
 
 - samples: a bounded queue of rollout batches, each tagged with the weight version that made it;
 - weights: a versioned publisher; the producer loads a version into its engine in its own thread,

@@ -94,7 +94,7 @@ def _one_update(trainer, step, samples, publisher, producer, clock, producer_pat
         stats = trainer.update(sample.batch, sample.advantages)
         update_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        state = trainer.export_rollout_weights()  # a collective under FSDP2 / tensor parallelism
+        state = trainer.export_weights()  # a collective under FSDP2 / tensor parallelism
     publisher.publish(step + 1, state)
     sync_seconds = time.perf_counter() - started
     rewards = sample.rewards
@@ -106,7 +106,8 @@ def _one_update(trainer, step, samples, publisher, producer, clock, producer_pat
               "sync_seconds": sync_seconds, "wait_seconds": wait_seconds, "mode": "fully-async",
               "staleness": age, "staleness_limit": config.staleness, "weight_version": sample.version,
               "queue_depth": depth, "queue_max_depth": samples.max_depth, "queue_capacity": samples.capacity,
-              "tis_cap": config.tis_cap, **clock.summary(), "rank": trainer.rank, "world_size": trainer.world}
+              "tis_cap": config.tis_cap, **clock.summary(), "rank": trainer.rank, "world_size": trainer.world,
+              **trainer.backend_record(step)}
     if step == 0:
         record["producer_patches"] = producer_patches
     trainer.writer.write(record)
