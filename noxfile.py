@@ -132,7 +132,8 @@ def tests_vllm(session: nox.Session) -> None:
     session.install("--reinstall-package", "torch", "torch==2.13.0", "torchvision==0.28.0",
                     env={"UV_FIND_LINKS": ""})
     _install_harness(session)
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "tests/test_vllm_rollout.py", *session.posargs,
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "tests/test_vllm_rollout.py",
+                "tests/test_fully_async_vllm.py", *session.posargs,
                 env={"VLLM_CPU_KVCACHE_SPACE": "1"})
 
 

@@ -62,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--json", action="store_true")
     chk.add_argument("--model", choices=("text", "vl", "moe"), default="text")
     chk.add_argument("--backend", choices=("fsdp", "megatron"), default="fsdp")
+    chk.add_argument("--mode", choices=("sync", "fully-async"), default="sync")
     chk.add_argument("--model-config", type=Path, default=None)
     chk.add_argument("--seed", type=int, default=0)
     chk.add_argument("--steps", type=int, default=None)
@@ -188,7 +189,7 @@ def cmd_check(args) -> int:
         raise InputError(f"--model-config: {args.model_config} is not a file")
     work = args.work_dir or (args.result_file.parent if args.result_file else Path.cwd())
     options = CheckOptions(model=args.model, backend=args.backend, seed=args.seed, steps=args.steps,
-                           model_config=args.model_config, work_dir=work)
+                           model_config=args.model_config, work_dir=work, mode=args.mode)
     result = runner.execute(args.name, options)
     if args.result_file:
         write_json_atomic(args.result_file, result.to_dict())

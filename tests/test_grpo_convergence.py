@@ -71,3 +71,38 @@ def test_check_fails_when_the_trainer_cannot_learn(tmp_path):
     assert result.status is Status.FAIL
     statuses = {v.name: v.status for v in result.verdicts}
     assert statuses["threshold"] is Status.FAIL and statuses["gain"] is Status.FAIL
+
+
+def _async_records(staleness, depth=1, capacity=1):
+    return [{"step": i, "reward_mean": 0.5, "staleness": s, "queue_max_depth": depth, "queue_capacity": capacity}
+            for i, s in enumerate(staleness)]
+
+
+def test_bounded_verdict_catches_stale_samples_an_overfull_queue_and_a_sync_run():
+    assert check.bounded_verdict(_async_records([0, 1, 2, 2]), 2).status is Status.PASS
+    assert check.bounded_verdict(_async_records([0, 1, 3]), 2).status is Status.FAIL
+    assert check.bounded_verdict(_async_records([0, 1, 1], depth=3, capacity=2), 2).status is Status.FAIL
+    assert check.bounded_verdict(_records([0.2, 0.3]), 1).status is Status.FAIL  # ran sync: no staleness
+
+
+def test_fully_async_results_combine_with_prefixed_verdicts():
+    from harness.results.records import CheckResult, Verdict
+
+    good = CheckResult(check.NAME, Status.PASS, "ok", verdicts=[Verdict("band", Status.PASS, "in")])
+    bad = CheckResult(check.NAME, Status.FAIL, "stale", verdicts=[Verdict("bounded", Status.FAIL, "3 > 2")])
+    combined = check._combine([(1, good), (2, bad)])
+    assert combined.status is Status.FAIL
+    assert [v.name for v in combined.verdicts] == ["staleness1/band", "staleness2/bounded"]
+    assert check.reference_path("fsdp", "text", 2).name == "grpo_fsdp_text_async2.json"
+
+
+@pytest.mark.slow
+def test_fully_async_check_passes_at_staleness_1_with_its_distribution(tmp_path):
+    result = check.run_with(CheckOptions(model="text", work_dir=tmp_path, mode="fully-async"), staleness=(1,))
+    if result.status is Status.SKIP:
+        pytest.skip(result.message)
+    assert result.status is Status.PASS, result.message
+    assert {v.name for v in result.verdicts} == {f"staleness1/{n}" for n in ("threshold", "gain", "band", "bounded")}
+    run = result.metrics["staleness1"]
+    assert run["staleness_distribution"] == {"0": 1, "1": run["steps"] - 1}
+    assert 0.0 <= run["overlap_fraction"] <= 1.0

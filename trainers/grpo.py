@@ -79,14 +79,34 @@ class LossConfig:
     loss_agg: str = "token-mean"
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
+    # Truncated importance sampling (TIS) against the engine's behaviour log-probs; None: off.
+    # Fully-async runs set it: their samples come from weights up to `staleness` versions old.
+    tis_cap: float | None = None
+
+
+def truncated_importance_weights(old_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor,
+                                 cap: float) -> torch.Tensor:
+    """min(pi_old / pi_behaviour, cap) per token, detached (TIS, as verl applies it).
+
+    pi_behaviour is the policy that sampled the tokens (a stale weight version in a fully-async run,
+    as its engine reported it); pi_old is the trainer's policy at the start of this update. The
+    clipped surrogate then corrects from old to the current policy, this weight from behaviour to
+    old, so the gradient is that of the current policy's objective. The cap bounds the variance.
+    """
+    if cap <= 0:
+        raise ValueError(f"tis_cap must be > 0, got {cap}")
+    return torch.exp(old_logprobs.detach() - behaviour_logprobs.detach()).clamp(max=cap)
 
 
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                 mask: torch.Tensor, config: LossConfig = LossConfig(), ref_logprobs: torch.Tensor | None = None,
-                denominator: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                denominator: float | None = None,
+                behaviour_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped surrogate with per-sequence advantages, plus an optional KL penalty.
 
     Per token: max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high)), ratio = exp(logp - old).
+    With `config.tis_cap` and `behaviour_logprobs` (the engine's log-probs of the sampled tokens),
+    each token's term is multiplied by truncated_importance_weights(old, behaviour, tis_cap).
     Returns the aggregated loss and detached metrics (local to this call: the trainer reduces them).
     """
     advantages = advantages.reshape(-1, 1).to(logprobs.dtype)
@@ -94,6 +114,10 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - config.clip_eps_low, 1.0 + config.clip_eps_high)
     per_token = torch.maximum(unclipped, clipped)
+    is_weights = None
+    if config.tis_cap is not None and behaviour_logprobs is not None:
+        is_weights = truncated_importance_weights(old_logprobs, behaviour_logprobs, config.tis_cap)
+        per_token = per_token * is_weights
     pg_loss = aggregate(per_token, mask, config.loss_agg, denominator)
     loss = pg_loss
     kl_value = 0.0
@@ -117,4 +141,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
             "ratio_mean": float((ratio * fmask).sum()) / tokens,
             "tokens": float(fmask.sum()),
         }
+        if is_weights is not None:
+            metrics["is_weight_mean"] = float((is_weights * fmask).sum()) / tokens
+            metrics["is_truncated_fraction"] = float(((is_weights >= config.tis_cap) * fmask).sum()) / tokens
     return loss, metrics

@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from .fully_async import option_problems
 from .grpo import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from .models import MODEL_KINDS
 from .rollout import ROLLOUTS
@@ -46,6 +47,9 @@ class GRPOConfig:
     metrics: str | None = None  # JSON-lines file, one line per step (written by rank 0)
     metrics_all_ranks: bool = False  # also write METRICS.rank<N> from the other ranks
     nproc_per_node: int = 1  # >1 outside torchrun: re-launch under torch.distributed.run
+    mode: str = "sync"  # fully-async: rollout overlaps the update (trainers/fully_async)
+    staleness: int = 1  # fully-async: weight versions a sample lags the update it feeds
+    tis_cap: float = 2.0  # fully-async: truncation of the importance weight of stale samples
 
     models = MODEL_KINDS  # the model kinds this backend trains (not a field: no annotation)
 
@@ -66,7 +70,7 @@ class GRPOConfig:
         problems += [f"{key} must be >= 1" for key in self.positive() if getattr(self, key) < 1]
         if self.lr < 0 or self.temperature <= 0 or self.clip_eps <= 0:
             problems.append("lr must be >= 0, temperature and clip_eps > 0")
-        return problems
+        return problems + option_problems(self.mode, self.staleness, self.tis_cap)
 
     def validate(self) -> None:
         problems = self.problems()

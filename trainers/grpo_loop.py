@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from . import grpo
+from .fully_async import driver as fully_async
 from .metrics import MetricsWriter
 from .rollout import RolloutBatch
 
@@ -127,7 +128,8 @@ class GRPOLoop:
                 global_count, = self._all_sum([local_count], self.dp_group)
                 loss, stats = grpo.policy_loss(logprobs, old, advantages[part], mask, self.loss_config,
                                                ref_logprobs[part] if ref_logprobs is not None else None,
-                                               denominator=max(global_count, 1.0) / self.dp_size)
+                                               denominator=max(global_count, 1.0) / self.dp_size,
+                                               behaviour_logprobs=mini.logprobs)  # used when tis_cap is set
                 sums["grad_norm"] += self.apply_gradients(loss)
                 tokens = stats["tokens"]
                 sums["loss"] += float(loss.detach())
@@ -170,4 +172,6 @@ class GRPOLoop:
         return record
 
     def train(self) -> list[dict]:
+        if self.config.mode == "fully-async":  # rollout overlapping the update: trainers/fully_async
+            return fully_async.train(self)
         return [self.step(step) for step in range(self.config.steps)]

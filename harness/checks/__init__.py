@@ -71,6 +71,7 @@ class CheckOptions:
     seed: int = 0
     steps: int | None = None
     model_config: Path | None = None
+    mode: str = "sync"  # the cell's mode axis: sync or fully-async (grpo-convergence reads it)
     work_dir: Path = field(default_factory=lambda: Path("."))  # where a check may write artifacts
 
 

@@ -10,6 +10,12 @@ number of steps and seed. Three verdicts:
 All tolerances live in trainers/references/grpo_<backend>_<model>.json. That file is rewritten
 only by `python -m harness.checks.grpo_convergence --regenerate --model text`, which records
 the versions and the command it was made with.
+
+In a fully-async cell (mode axis `fully-async`) the trainer runs with `--mode fully-async` at
+staleness 1 and at 2, each against its own reference (grpo_<backend>_<model>_async<K>.json,
+made with `--regenerate --mode fully-async --staleness K`), with a fourth verdict per run,
+`bounded`: every update's sample was at most K weight versions old and the sample queue never
+went past its capacity. The measured staleness distribution and overlap are in the metrics.
 """
 from __future__ import annotations
 
@@ -37,8 +43,25 @@ DEFAULT_TOLERANCES = {"threshold": 0.6, "margin": 0.3, "band": 0.07, "smooth": 3
                       "initial_window": 3}
 
 
-def reference_path(backend: str, model: str) -> Path:
-    return REFERENCES / f"grpo_{backend}_{model}.json"
+FULLY_ASYNC_STALENESS = (1, 2)  # the staleness bounds a fully-async cell is checked at
+
+
+def reference_path(backend: str, model: str, staleness: int | None = None) -> Path:
+    """The sync reference, or (staleness K) the fully-async one."""
+    suffix = "" if staleness is None else f"_async{staleness}"
+    return REFERENCES / f"grpo_{backend}_{model}{suffix}.json"
+
+
+def bounded_verdict(records: list[dict], limit: int) -> Verdict:
+    """Fully-async runs only: each update ran on a sample at most `limit` versions old, and the
+    queue stayed within its capacity (pure: tests call it)."""
+    if not records or any("staleness" not in r for r in records):
+        return Verdict("bounded", Status.FAIL, "the run recorded no staleness: it did not run fully-async")
+    worst = max(int(r["staleness"]) for r in records)
+    depth, capacity = max(int(r["queue_max_depth"]) for r in records), min(int(r["queue_capacity"]) for r in records)
+    ok = worst <= limit and depth <= capacity
+    return Verdict("bounded", Status.PASS if ok else Status.FAIL,
+                   f"staleness at most {worst} (limit {limit}); queue depth at most {depth} (capacity {capacity})")
 
 
 def moving_average(values: list[float], window: int) -> list[float]:
@@ -123,23 +146,47 @@ def _unavailable(model: str) -> str | None:
     return None
 
 
-def run_with(options: CheckOptions, trainer_args: dict | None = None, reference: dict | None = None) -> CheckResult:
+def run_with(options: CheckOptions, trainer_args: dict | None = None, reference: dict | None = None,
+             staleness: tuple[int, ...] = FULLY_ASYNC_STALENESS) -> CheckResult:
     """`run` with extra trainer flags (e.g. {"lr": 0}) or another reference (tests use both)."""
     missing = _unavailable(options.model)
     if missing:
         return CheckResult(NAME, Status.SKIP, missing, metrics={"qwen35_available": False})
     if options.backend not in TRAINER_MODULES:
         return CheckResult(NAME, Status.SKIP, f"no GRPO trainer for backend {options.backend!r} yet")
+    if options.mode != "fully-async":
+        return _one_run(options, None, trainer_args, reference)
+    return _combine([(k, _one_run(options, k, trainer_args, reference)) for k in staleness])
+
+
+def _combine(runs: list[tuple[int, CheckResult]]) -> CheckResult:
+    """One result for the fully-async runs: their verdicts prefixed `staleness<K>/`, the worst status."""
+    verdicts, metrics, messages = [], {"mode": "fully-async"}, []
+    for k, result in runs:
+        verdicts += [Verdict(f"staleness{k}/{v.name}", v.status, v.message) for v in result.verdicts]
+        metrics[f"staleness{k}"] = result.metrics
+        messages.append(f"staleness {k}: {result.status.value}: {result.message}")
+    order = (Status.TIMEOUT, Status.FAIL, Status.PASS, Status.SKIP)
+    status = next((s for s in order if any(r.status is s for _, r in runs)), runs[0][1].status)
+    return CheckResult(NAME, status, "; ".join(messages), metrics=metrics, verdicts=verdicts, log=runs[0][1].log)
+
+
+def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | None,
+             reference: dict | None) -> CheckResult:
+    """One trainer run against its reference: sync (staleness None) or fully-async at `staleness`."""
     if reference is None:
-        path = reference_path(options.backend, options.model)
+        path = reference_path(options.backend, options.model, staleness)
         if not path.exists():
             return CheckResult(NAME, Status.SKIP, f"no reference curve {path.name}; make one with --regenerate")
         reference = json.loads(path.read_text(encoding="utf-8"))
     steps = options.steps or int(reference["steps"])
     args = {**reference.get("trainer_args", {}), **(trainer_args or {})}
+    if staleness is not None:
+        args.update(mode="fully-async", staleness=staleness)
     work = Path(options.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    metrics_file, log = work / f"grpo_{options.model}_metrics.jsonl", work / f"grpo_{options.model}.log"
+    stem = f"grpo_{options.model}" + ("" if staleness is None else f"_async{staleness}")
+    metrics_file, log = work / f"{stem}_metrics.jsonl", work / f"{stem}.log"
     command = trainer_command(options.backend, options.model, steps, options.seed, metrics_file, args,
                               options.model_config)
     code, seconds = run_trainer(command, log)
@@ -155,6 +202,15 @@ def run_with(options: CheckOptions, trainer_args: dict | None = None, reference:
     comparable = (options.seed == reference["seed"] and steps == reference["steps"] and options.model_config is None
                   and not trainer_args)
     status, message, metrics, verdicts = evaluate(records, reference, comparable)
+    if staleness is not None:
+        from trainers.fully_async.driver import staleness_distribution
+
+        verdicts.append(bounded_verdict(records, staleness))
+        if verdicts[-1].status is Status.FAIL:
+            status, message = Status.FAIL, f"{verdicts[-1].message}; {message}"
+        metrics["staleness_distribution"] = staleness_distribution(records)
+        last = records[-1]
+        metrics.update({k: last.get(k) for k in ("overlap_fraction", "rollout_busy_fraction", "update_busy_fraction")})
     metrics["wall_seconds"] = round(seconds, 2)
     metrics["command"] = command[1:]
     return CheckResult(NAME, status, message, metrics=metrics, verdicts=verdicts, log=str(log))
@@ -198,12 +254,22 @@ def _portable(argv: list[str]) -> list[str]:
     return out
 
 
-def regenerate(model: str, backend: str, work_dir: Path, argv: list[str]) -> Path:
-    """Run the trainer with the reference's settings and rewrite the reference file."""
-    path = reference_path(backend, model)
-    old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+def regenerate(model: str, backend: str, work_dir: Path, argv: list[str], staleness: int | None = None) -> Path:
+    """Run the trainer with the reference's settings and rewrite the reference file. A new
+    fully-async reference starts from the sync reference's settings, with the mode added."""
+    path = reference_path(backend, model, staleness)
+    base = reference_path(backend, model)
+    if path.exists():
+        old = json.loads(path.read_text(encoding="utf-8"))
+    elif base.exists():  # the sync run's settings and tolerances; its curve and notes are its own
+        old = {k: v for k, v in json.loads(base.read_text(encoding="utf-8")).items() if k not in ("curve", "notes")}
+    else:
+        old = {}
     settings = {**DEFAULT_TOLERANCES, "steps": 20, "seed": 0, "trainer_args": {}, **old}
-    metrics_file, log = work_dir / f"regenerate_{model}.jsonl", work_dir / f"regenerate_{model}.log"
+    if staleness is not None:
+        settings["trainer_args"] = {**settings["trainer_args"], "mode": "fully-async", "staleness": staleness}
+    stem = f"regenerate_{model}" + ("" if staleness is None else f"_async{staleness}")
+    metrics_file, log = work_dir / f"{stem}.jsonl", work_dir / f"{stem}.log"
     command = trainer_command(backend, model, settings["steps"], settings["seed"], metrics_file,
                               settings["trainer_args"])
     code, _ = run_trainer(command, log)
@@ -213,6 +279,10 @@ def regenerate(model: str, backend: str, work_dir: Path, argv: list[str]) -> Pat
     if code != 0 or len(records) != settings["steps"]:
         raise SystemExit(f"trainer failed (exit {code}, {len(records)} steps); see {log}")
     settings["curve"] = [round(float(r["reward_mean"]), 6) for r in records]
+    if staleness is not None:
+        from trainers.fully_async.driver import staleness_distribution
+
+        settings["staleness_distribution"] = staleness_distribution(records)
     settings["made_with"] = made_with(argv, backend, records[0])
     write_json_atomic(path, settings)
     return path
@@ -227,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int)
     parser.add_argument("--model-config", type=Path)
+    parser.add_argument("--mode", default="sync", choices=("sync", "fully-async"))
+    parser.add_argument("--staleness", type=int, choices=FULLY_ASYNC_STALENESS,
+                        help="fully-async: regenerate (or check) only this staleness bound")
     parser.add_argument("--lr", type=float,
                         help="override the trainer's learning rate (0: a trainer that cannot learn)")
     parser.add_argument("--work-dir", type=Path, default=Path("grpo-convergence"))
@@ -234,12 +307,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     args.work_dir.mkdir(parents=True, exist_ok=True)
+    bounds = (args.staleness,) if args.staleness else FULLY_ASYNC_STALENESS
     if args.regenerate:
-        print(f"wrote {regenerate(args.model, args.backend, args.work_dir, argv)}")
+        for k in (bounds if args.mode == "fully-async" else (None,)):
+            print(f"wrote {regenerate(args.model, args.backend, args.work_dir, argv, k)}")
         return 0
     options = CheckOptions(model=args.model, backend=args.backend, seed=args.seed, steps=args.steps,
-                           model_config=args.model_config, work_dir=args.work_dir)
-    result = run_with(options, {"lr": args.lr} if args.lr is not None else None)
+                           model_config=args.model_config, work_dir=args.work_dir, mode=args.mode)
+    result = run_with(options, {"lr": args.lr} if args.lr is not None else None, staleness=bounds)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:

@@ -106,6 +106,8 @@ def apply_known_failures(result: CheckResult, cell: Cell, today: dt.date | None 
 
 def _check_args(cell: Cell, opts: RunOptions) -> list[str]:
     args = ["--model", cell.axes["model"], "--backend", cell.axes["backend"], "--seed", str(opts.seed)]
+    if cell.axes.get("mode", "sync") != "sync":
+        args += ["--mode", cell.axes["mode"]]
     if opts.steps is not None:
         args += ["--steps", str(opts.steps)]
     return args

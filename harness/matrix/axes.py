@@ -31,12 +31,13 @@ CHOICE_AXES: dict[str, tuple[str, ...]] = {
     "backend": ("fsdp", "megatron"),
     "model": ("text", "vl", "moe"),
     "device": ("cpu", "cuda", "npu"),
+    "mode": ("sync", "fully-async"),  # GRPO loop; a cell without it is sync
 }
 
 # Free-form axes: a container image reference.
 IMAGE_AXIS = "image"
 
-ALL_AXES: tuple[str, ...] = ("backend", "model", "device", IMAGE_AXIS, *PACKAGE_AXES, PYTHON_AXIS)
+ALL_AXES: tuple[str, ...] = ("backend", "model", "device", "mode", IMAGE_AXIS, *PACKAGE_AXES, PYTHON_AXIS)
 
 # Short prefixes used in cell ids, in id order (after backend and model).
 ID_PREFIX: dict[str, str] = {
@@ -69,6 +70,8 @@ def cell_id(axes: dict[str, str]) -> str:
     parts += [f"{prefix}{axes[axis]}" for axis, prefix in ID_PREFIX.items() if axis in axes]
     if axes.get("device", "cpu") != "cpu":
         parts.append(axes["device"])
+    if axes.get("mode", "sync") != "sync":  # sync cells keep their ids
+        parts.append(axes["mode"])
     if IMAGE_AXIS in axes:
         parts.append(f"img-{image_slug(axes[IMAGE_AXIS])}")
     return "-".join(parts)

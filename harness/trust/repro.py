@@ -49,6 +49,7 @@ def repro(cell_id: str, check: str, search: list[Path], env_root: Path, timeout:
     except interpreters.InterpreterMissing as exc:
         raise EnvironmentMissing(str(exc)) from None
     env = cellenv.build_from_lock(cell_id, report_dir / cell.lock, env_root, work / "setup.log", python)
-    args = ["--model", cell.axes.get("model", "text"), "--backend", cell.axes.get("backend", "fsdp")]
+    args = ["--model", cell.axes.get("model", "text"), "--backend", cell.axes.get("backend", "fsdp"),
+            "--mode", cell.axes.get("mode", "sync")]
     return runner.run_isolated(env.python, check, args, work / f"{check}.log", timeout,
                                env.run_env({"HARNESS_DEVICE": cell.axes.get("device", "cpu")}))

@@ -32,9 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     if config.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
         return _relaunch(argv, config.nproc_per_node)
 
+    from ..fully_async.patch_agreement import PatchMismatch
     from .train import run
 
-    records = run(config)
+    try:
+        records = run(config)
+    except PatchMismatch as exc:  # trainer and rollout producer run different patches: stop at start-up
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if records and int(os.environ.get("RANK", 0)) == 0:
         first, last = records[0], records[-1]
         print(f"GRPO {config.model}: {len(records)} steps, reward {first['reward_mean']:.3f} -> "

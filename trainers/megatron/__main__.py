@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
         return _relaunch(argv, config.nproc_per_node)
 
+    from ..fully_async.patch_agreement import PatchMismatch
     from .config import PackedBatchesRefused
     from .model import VariantUnavailable
     from .train import run
@@ -45,10 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     except VariantUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except PatchMismatch as exc:  # trainer and rollout producer run different patches: stop at start-up
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if records and int(os.environ.get("RANK", 0)) == 0:
         first, last = records[0], records[-1]
         print(f"GRPO megatron {config.variant} tp={config.tp}: {len(records)} steps, reward "
-              f"{first['reward_mean']:.3f} -> {last['reward_mean']:.3f} (bridge {last['bridge']})", flush=True)
+              f"{first['reward_mean']:.3f} -> {last['reward_mean']:.3f} (bridge {last.get('bridge', 'n/a')})",
+              flush=True)
     return 0
 
 
