@@ -47,3 +47,41 @@ def test_corrupt_or_foreign_files_are_refused_with_the_file_name(tmp_path, conte
     path.write_text(content)
     with pytest.raises(ValueError, match="bad.json"):
         results.load_cell(path)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_result_files_respect_the_umask_like_any_new_file(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        results.write_json_atomic(tmp_path / "cells" / "x.json", _cell().to_dict())
+        results.write_text_atomic(tmp_path / "report.md", "# report\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "cells" / "x.json").stat().st_mode & 0o777 == mode
+    assert (tmp_path / "report.md").stat().st_mode & 0o777 == mode
+
+
+def _xfail(expires: str) -> CheckResult:
+    known = {"check": "c", "verdict": None, "when": "", "reason": "r", "link": "https://x.test/1", "expires": expires}
+    return CheckResult("c", Status.XFAIL, "broke", known_failure=known, original_status=Status.FAIL,
+                       failure_class="test")
+
+
+def test_a_result_read_after_its_known_failure_expired_is_a_failure_again(tmp_path):
+    cell = _cell()
+    cell.checks = [_xfail("2000-01-01"), _xfail("2999-01-01")]
+    cell.checks[1].check = "d"
+    results.write_json_atomic(tmp_path / "x.json", cell.to_dict())
+    first, second = results.load_cell(tmp_path / "x.json").checks
+    assert first.status is Status.FAIL and first.known_failure["state"] == "expired"
+    assert "known failure expired on 2000-01-01" in first.message
+    assert second.status is Status.XFAIL  # not expired: still known
+    again = results.expire_known_failure(first)  # idempotent: read twice, said once
+    assert again.message.count("expired on") == 1
+
+
+def test_clearing_a_known_failure_gives_back_the_check_own_result():
+    result = results.expire_known_failure(_xfail("2000-01-01"))
+    cleared = results.clear_known_failure(result)
+    assert cleared.status is Status.FAIL and cleared.known_failure is None and cleared.original_status is None
+    assert cleared.message == "broke"

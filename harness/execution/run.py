@@ -23,7 +23,9 @@ from harness.results.records import (
     Status,
     cell_path,
     classify,
+    clear_known_failure,
     combine_checks,
+    expired_note,
     kept_results,
     load_cell,
     now,
@@ -69,13 +71,15 @@ def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
 def reusable(cell: Cell, opts: RunOptions) -> tuple[CellResult | None, bool]:
     """(earlier result, complete): a complete cell already holds every wanted check and is reused, not run.
 
-    Shared by the local runner and the Ray dispatcher so that both skip the same cells.
+    Shared by the local runner and the Ray dispatcher so that both skip the same cells. A reused
+    cell's file is rewritten when the matrix's known failures for it changed since it ran.
     """
     earlier = previous_result(opts.out_dir, cell)
     wanted = opts.checks or cell.checks
     complete = earlier is not None and set(wanted) <= set(kept_results(earlier, wanted, opts.redo))
+    if complete and reapply_known_failures(earlier, cell):
+        write_json_atomic(cell_path(opts.out_dir, cell.id), earlier.to_dict())
     return earlier, complete
-
 
 
 def write_run_info(matrix: Matrix, opts: RunOptions) -> None:
@@ -87,7 +91,11 @@ def write_run_info(matrix: Matrix, opts: RunOptions) -> None:
 
 
 def apply_known_failures(result: CheckResult, cell: Cell, today: dt.date | None = None) -> CheckResult:
-    """Turn a failure that the matrix declares as known into `xfail`, keeping the original status."""
+    """Turn a failure that the matrix declares as known into `xfail`, keeping the original status.
+
+    Starts from the check's own result, so that applied again to a reused result it follows the
+    matrix as it is now (an entry deleted or expired since no longer counts)."""
+    result = clear_known_failure(result)
     for known in cell.known_failures:
         if known.check != result.check:
             continue
@@ -97,11 +105,18 @@ def apply_known_failures(result: CheckResult, cell: Cell, today: dt.date | None 
             result.original_status, result.status = result.status, Status.XFAIL
             result.known_failure = known.to_dict()
         elif failing:
-            result.message += f" [known failure expired on {known.expires.isoformat()}: {known.link}]"
+            result.message += expired_note(known.expires.isoformat(), known.link)
             result.known_failure = {**known.to_dict(), "state": "expired"}
         else:
             result.known_failure = {**known.to_dict(), "state": "stale: the check no longer fails"}
     return result
+
+
+def reapply_known_failures(result: CellResult, cell: Cell) -> bool:
+    """Apply the matrix's known failures to every check of a (reused) cell result; True if any changed."""
+    before = [c.to_dict() for c in result.checks]
+    result.checks = [apply_known_failures(c, cell) for c in result.checks]
+    return [c.to_dict() for c in result.checks] != before
 
 
 def _check_args(cell: Cell, opts: RunOptions) -> list[str]:
@@ -159,6 +174,7 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
 
 def _finish(result: CellResult, opts: RunOptions, start: float) -> CellResult:
     result.finished, result.duration = now(), round(time.perf_counter() - start, 3)
+    reapply_known_failures(result, cell)  # the kept results, too
     write_json_atomic(cell_path(opts.out_dir, result.cell_id), result.to_dict())
     return result
 

@@ -10,6 +10,7 @@ import datetime as dt
 import enum
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,12 +168,28 @@ class CellResult:
         )
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it where Linux allows (os.umask sets it, which
+    would race with other threads creating files)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a file so that a reader sees the old file or the new one, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file 0600; a result is an ordinary file, readable as the umask allows.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -189,11 +206,49 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def load_cell(path: Path) -> CellResult:
-    """Read one cell file; raises ValueError naming the file when it is corrupt."""
+    """Read one cell file; raises ValueError naming the file when it is corrupt. A known failure
+    holds only until its expiry date, whenever the result was written: an expired one is undone here."""
     try:
-        return CellResult.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        cell = CellResult.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        cell.checks = [expire_known_failure(c) for c in cell.checks]
+        return cell
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{path}: not a readable cell result ({exc})") from exc
+
+
+_EXPIRED_NOTE = re.compile(r" \[known failure expired on \d{4}-\d{2}-\d{2}: [^\]]*\]$")
+
+
+def expired_note(expires: str, link: str) -> str:
+    """What an expired known failure adds to a result's message."""
+    return f" [known failure expired on {expires}: {link}]"
+
+
+def clear_known_failure(result: CheckResult) -> CheckResult:
+    """The check's own result, before any known failure was applied to it (so it can be applied
+    again from the matrix as it is now: an entry deleted or expired since no longer counts)."""
+    if result.original_status is not None:
+        result.status, result.original_status = result.original_status, None
+    result.known_failure = None
+    result.message = _EXPIRED_NOTE.sub("", result.message)
+    return result
+
+
+def expire_known_failure(result: CheckResult, today: dt.date | None = None) -> CheckResult:
+    """An `xfail` whose known failure has expired becomes its original failure again."""
+    known = result.known_failure
+    if result.status is not Status.XFAIL or not known or result.original_status is None:
+        return result
+    try:
+        expires = dt.date.fromisoformat(str(known.get("expires")))
+    except ValueError:
+        return result
+    if (today or dt.date.today()) <= expires:
+        return result
+    clear_known_failure(result)
+    result.message += expired_note(expires.isoformat(), str(known.get("link", "")))
+    result.known_failure = {**known, "state": "expired"}
+    return result
 
 
 def kept_results(earlier: CellResult | None, wanted, redo: bool) -> dict[str, CheckResult]:
