@@ -185,3 +185,55 @@ def test_cli_exits_2_on_a_bad_matrix_before_installing_anything(tmp_path):
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ")
     assert not (tmp_path / "envs").exists()
+
+
+def test_images_differing_only_in_registry_or_digest_are_distinct_cells(tmp_path):
+    images = ['"docker.io/org/cann:8.3-py3.11"', '"quay.io/org/cann:8.3-py3.11"',
+              '"quay.io/org/cann:8.3-py3.11@sha256:' + "a" * 64 + '"']
+    m = load_text(tmp_path, VALID.replace('device = ["cpu"]', f'device = ["cpu"]\nimage = [{", ".join(images)}]'))
+    ids = [c.id for c in m.cells]
+    assert len(m.cells) == 3 and len(set(ids)) == 3, ids
+    assert all("img-cann-8.3-py3.11-" in i for i in ids)  # readable, then a short stable suffix
+    again = load_text(tmp_path, VALID.replace('device = ["cpu"]', f'device = ["cpu"]\nimage = [{", ".join(images)}]'))
+    assert [c.id for c in again.cells] == ids
+    # An image whose readable form collides with nothing keeps the plain readable id.
+    plain = load_text(tmp_path, VALID.replace('device = ["cpu"]', 'device = ["cpu"]\nimage = ["quay.io/org/cann:8.3"]'))
+    assert plain.cells[0].id.endswith("-img-cann-8.3")
+
+
+DUPLICATES = [
+    ("a value twice in an axis", VALID.replace('["5.3.0"]', '["5.3.0", "5.5.3", "5.3.0"]'),
+     r"line 6\): axes.transformers: '5.3.0' is listed twice"),
+    ("one cell from two includes with different extra pins",
+     VALID + '[[include]]\nmodel = "vl"\nrequirements = ["einops==0.8.1"]\n\n'
+             '[[include]]\nmodel = "vl"\nrequirements = ["einops==0.8.2"]\n',
+     r"line 15\): include\[1\]: cell fsdp-vl-tf5.3.0-torch2.13.0 is also made by include\[0\] \(line 11\) "
+     r"with other extra pins"),
+]
+
+
+@pytest.mark.parametrize("text, expected", [(t, e) for _, t, e in DUPLICATES], ids=[n for n, _, _ in DUPLICATES])
+def test_a_true_duplicate_is_an_error_naming_its_lines(tmp_path, text, expected):
+    with pytest.raises(InputError, match=expected) as info:
+        load_text(tmp_path, text)
+    assert "\n" not in str(info.value)
+
+
+LATER_LINES = [
+    ("a bad value in an include", VALID + '[[include]]\nmodel = "vl"\n\n[[include]]\nmodel = "huge"\n',
+     r"line 15\): include\[1\].model"),
+    ("a bad choice in a later exclude", VALID.replace('["text"]', '["text", "vl"]') +
+     '[[exclude]]\nmodel = "vl"\n\n[[exclude]]\nmodel = "huge"\n', r"line 15\): exclude\[1\].model"),
+    ("a bad selector in a later tag", VALID + '[[tags]]\ntag = "a"\nwhen = { model = "text" }\n\n'
+                                              '[[tags]]\ntag = "b"\nwhen = { model = "huge" }\n',
+     r"line 17\): tags\[1\].when.model"),
+    ("a tag that matches nothing", VALID + '[[tags]]\ntag = "a"\nwhen = { model = "text" }\n\n'
+                                           '[[tags]]\ntag = "b"\nwhen = { model = "vl" }\n',
+     r"line 15\): tags\[1\]: tag 'b' matches no cell"),
+]
+
+
+@pytest.mark.parametrize("text, expected", [(t, e) for _, t, e in LATER_LINES], ids=[n for n, _, _ in LATER_LINES])
+def test_errors_in_later_rules_name_the_bad_line_not_the_first_mention(tmp_path, text, expected):
+    with pytest.raises(InputError, match=expected):
+        load_text(tmp_path, text)

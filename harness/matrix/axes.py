@@ -5,6 +5,7 @@ and pip requirements all read it from here.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 
 # axis -> distribution name on the package index. Values of these axes are exact versions.
@@ -56,6 +57,8 @@ ID_PREFIX: dict[str, str] = {
 # A container image reference: registry/name:tag or @sha256 digest; no spaces, no shell syntax.
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:@+]{0,254}$")
 TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+# What cell_id can produce (versions may carry a +local part): checked before an id names a file.
+CELL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+\-]{0,254}$")
 
 
 def image_slug(image: str) -> str:
@@ -64,8 +67,11 @@ def image_slug(image: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]", "-", name)
 
 
-def cell_id(axes: dict[str, str]) -> str:
-    """The stable, readable id of a cell, e.g. fsdp-text-tf5.3.0-torch2.13.0-td0.15.3."""
+def cell_id(axes: dict[str, str], qualified: bool = False) -> str:
+    """The stable, readable id of a cell, e.g. fsdp-text-tf5.3.0-torch2.13.0-td0.15.3.
+
+    `qualified` (for images whose readable form collides with another's: same name and tag from another
+    registry, or another digest) adds a short hash of the full image reference."""
     parts = [axes["backend"], axes["model"]]
     parts += [f"{prefix}{axes[axis]}" for axis, prefix in ID_PREFIX.items() if axis in axes]
     if axes.get("device", "cpu") != "cpu":
@@ -73,7 +79,8 @@ def cell_id(axes: dict[str, str]) -> str:
     if axes.get("mode", "sync") != "sync":  # sync cells keep their ids
         parts.append(axes["mode"])
     if IMAGE_AXIS in axes:
-        parts.append(f"img-{image_slug(axes[IMAGE_AXIS])}")
+        suffix = f"-{hashlib.sha256(axes[IMAGE_AXIS].encode()).hexdigest()[:8]}" if qualified else ""
+        parts.append(f"img-{image_slug(axes[IMAGE_AXIS])}{suffix}")
     return "-".join(parts)
 
 

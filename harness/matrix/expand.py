@@ -96,11 +96,29 @@ class Matrix:
         return cells
 
 
-def _line_of(text: str, key: str) -> str:
-    """' (line N)' for the first line assigning `key`, to point a person at it; '' if not found."""
-    pattern = re.compile(rf"^\s*\[*\s*{re.escape(key)}\s*[=\]]", re.M)
-    match = pattern.search(text)
-    return f" (line {text.count(chr(10), 0, match.start()) + 1})" if match else ""
+_HEADER = re.compile(r"^[ \t]*\[\[?[ \t]*([A-Za-z0-9_\-]+)[ \t]*\]\]?", re.M)
+
+
+def _line_of(text: str, where: str) -> str:
+    """' (line N)' for the line `where` names ("include[1].model", "axes.torch", "tags[2]"), to point a
+    person at it: the key inside that table (the N-th [[section]] for an index), else the table's
+    header; '' if not found."""
+    head, *keys = where.split(".")
+    match = re.fullmatch(r"(\w+)(?:\[(\d+)\])?", head)
+    headers = list(_HEADER.finditer(text))
+    blocks = [h for h in headers if match and h.group(1) == match.group(1)]
+    index = int(match.group(2) or 0) if match else 0
+    start, end = 0, len(text)
+    if len(blocks) > index:
+        start = blocks[index].start()
+        end = next((h.start() for h in headers if h.start() > start), len(text))
+    else:
+        keys = [head.split("[")[0], *keys]  # a top-level key, not a table
+    for key in reversed(keys):  # the innermost key that can be found
+        hit = re.search(rf"(?:^|[{{,\s])\[*\s*(?P<key>{re.escape(key.split('[')[0])})\s*[=\]]", text[start:end], re.M)
+        if hit:
+            return f" (line {text.count(chr(10), 0, start + hit.start('key')) + 1})"
+    return f" (line {text.count(chr(10), 0, start) + 1})" if len(blocks) > index else ""
 
 
 class _Loader:
@@ -108,8 +126,7 @@ class _Loader:
         self.path, self.text = path, text
 
     def error(self, where: str, what: str) -> InputError:
-        key = where.rsplit(".", 1)[-1].split("[")[0]
-        return InputError(f"{self.path}{_line_of(self.text, key)}: {where}: {what}")
+        return InputError(f"{self.path}{_line_of(self.text, where)}: {where}: {what}")
 
     def unknown_keys(self, table: dict, allowed: set[str], where: str) -> None:
         for key in table:
@@ -143,7 +160,10 @@ class _Loader:
             bad = [v for v in values if v not in ax.CHOICE_AXES[axis]]
             if bad:
                 raise self.error(where, f"{bad[0]!r} is not one of {', '.join(ax.CHOICE_AXES[axis])}")
-        return list(dict.fromkeys(values))
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:
+            raise self.error(where, f"{twice!r} is listed twice")
+        return values
 
     def axes_table(self, table: Any, where: str) -> dict[str, list[str]]:
         if not isinstance(table, dict):
@@ -234,19 +254,7 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         entry = dict(entry)
         extras = ld.requirements(entry.pop("requirements", []), f"include[{i}].requirements")
         products.append(({**base, **ld.axes_table(entry, f"include[{i}]")}, extras))
-    combos: dict[str, dict[str, str]] = {}
-    extra_for: dict[str, tuple[str, ...]] = {}
-    for index, (product, extras) in enumerate(products):
-        order = [a for a in ax.ALL_AXES if a in product]
-        added = 0
-        for values in itertools.product(*(product[a] for a in order)):
-            axes = dict(zip(order, values))
-            if ax.cell_id(axes) not in combos:
-                combos[ax.cell_id(axes)] = axes
-                extra_for[ax.cell_id(axes)] = extras
-                added += 1
-        if index and not added:  # products[0] is [axes]; an include that adds nothing is a mistake
-            raise ld.error(f"include[{index - 1}]", "adds no cell: every combination it names is already in the matrix")
+    combos, extra_for = _expand(ld, products)
 
     defaulted = set()  # rules see [matrix] python as the interpreter of cells that name none; their ids do not
     for cid, axes in combos.items():
@@ -290,6 +298,37 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
                           axes.get(ax.PYTHON_AXIS)))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
                   default_runner, meta.get("python"), memory, cells, notes)
+
+
+def _expand(ld: _Loader, products: list[tuple[dict, tuple[str, ...]]]
+            ) -> tuple[dict[str, dict[str, str]], dict[str, tuple[str, ...]]]:
+    """Every cell of [axes] and each [[include]], once, by id. A cell two products make with the same
+    extra pins is one cell; with different ones it is an error (one would be dropped)."""
+    made_by: dict[tuple, tuple[int, tuple[str, ...]]] = {}  # the cell's axes -> (product, its extra pins)
+    where = ["axes", *(f"include[{i}]" for i in range(len(products) - 1))]
+    for index, (product, extras) in enumerate(products):
+        order = [a for a in ax.ALL_AXES if a in product]
+        added = 0
+        for values in itertools.product(*(product[a] for a in order)):
+            key = tuple(zip(order, values))
+            if key not in made_by:
+                made_by[key], added = (index, extras), added + 1
+            elif made_by[key][1] != extras:
+                first = made_by[key][0]
+                raise ld.error(where[index], f"cell {ax.cell_id(dict(key))} is also made by {where[first]} "
+                                             f"({_line_of(ld.text, where[first]).strip(' ()')}) with other extra pins")
+        if index and not added:  # products[0] is [axes]; an include that adds nothing is a mistake
+            raise ld.error(where[index], "adds no cell: every combination it names is already in the matrix")
+    readable = [ax.cell_id(dict(key)) for key in made_by]
+    combos: dict[str, dict[str, str]] = {}
+    extra_for: dict[str, tuple[str, ...]] = {}
+    for key, plain in zip(made_by, readable):
+        # Images with the same readable form (another registry or digest) get a short hash each.
+        cid = ax.cell_id(dict(key), qualified=readable.count(plain) > 1)
+        if cid in combos:
+            raise ld.error(where[made_by[key][0]], f"two different cells would both be called {cid}")
+        combos[cid], extra_for[cid] = dict(key), made_by[key][1]
+    return combos, extra_for
 
 
 def _label_rules(ld: _Loader, data: dict, combos: dict[str, dict[str, str]], section: str,
