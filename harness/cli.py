@@ -115,6 +115,57 @@ def _parser() -> argparse.ArgumentParser:
     return top
 
 
+SEED_LIMIT = 2**32  # numpy's limit; torch's is higher: a seed must work for both
+
+
+def _check_seed_and_steps(args) -> None:
+    if not 0 <= args.seed < SEED_LIMIT:
+        raise InputError(f"--seed: expected a whole number from 0 to {SEED_LIMIT - 1}, got {args.seed}")
+    if args.steps is not None and args.steps < 1:
+        raise InputError(f"--steps: expected a whole number of at least 1, got {args.steps}")
+
+
+def _unknown_key(override: dict, known: dict, prefix: str = "") -> str | None:
+    """The first key of `override` (nested tables included) that the config does not have."""
+    for key, value in override.items():
+        if key not in known:
+            return prefix + key
+        if isinstance(value, dict) and isinstance(known[key], dict):
+            inner = _unknown_key(value, known[key], f"{prefix}{key}.")
+            if inner:
+                return inner
+    return None
+
+
+def _check_model_config(path: Path, kind: str) -> None:
+    """A --model-config must be a JSON object of keys the model's config has: a typo would otherwise
+    test the default model in silence. Keys are checked where this environment has Qwen3.5."""
+    if not path.is_file():
+        raise InputError(f"--model-config: {path} is not a file")
+    try:
+        override = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"--model-config {path}: not a JSON file ({exc})") from None
+    if not isinstance(override, dict):
+        raise InputError(f"--model-config {path}: expected a JSON object of config keys")
+    try:
+        from trainers.models import Qwen35Unavailable, build_config
+    except ImportError:  # no transformers here: the check itself reports that
+        return
+    try:
+        known = build_config(kind).to_dict()
+    except Qwen35Unavailable:
+        return
+    unknown = _unknown_key(override, known)
+    if unknown:
+        raise InputError(f"--model-config {path}: unknown key {unknown!r} for a {kind} Qwen3.5 config")
+    try:
+        build_config(kind, override)
+    except Exception as exc:  # noqa: BLE001 - whatever the config class refuses, said in one line
+        raise InputError(f"--model-config {path}: not a usable {kind} config ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
 def cmd_matrix(args) -> int:
     m = matrix.load(args.file)
     cells = m.select(tags=args.tags) if args.tags else m.cells
@@ -137,6 +188,7 @@ def cmd_run(args) -> int:
         raise InputError(f"--checks: unknown check {unknown[0]!r}; expected one of {', '.join(checks.CHECKS)}")
     if args.jobs < 1:
         raise InputError("--jobs: expected a whole number of at least 1")
+    _check_seed_and_steps(args)
     if not 0 <= args.retries <= 10:
         raise InputError("--retries: expected a whole number from 0 to 10")
     if args.timeout is not None and not 0 < args.timeout <= 7 * 24 * 3600:
@@ -185,8 +237,9 @@ def cmd_check(args) -> int:
 
     if args.name not in checks.CHECKS:
         raise InputError(f"unknown check {args.name!r}; expected one of {', '.join(checks.CHECKS)}")
-    if args.model_config is not None and not args.model_config.is_file():
-        raise InputError(f"--model-config: {args.model_config} is not a file")
+    _check_seed_and_steps(args)
+    if args.model_config is not None:
+        _check_model_config(args.model_config, args.model)
     work = args.work_dir or (args.result_file.parent if args.result_file else Path.cwd())
     options = CheckOptions(model=args.model, backend=args.backend, seed=args.seed, steps=args.steps,
                            model_config=args.model_config, work_dir=work, mode=args.mode)
@@ -272,8 +325,9 @@ def cmd_envinfo(args) -> int:
 
 
 def cmd_repro(args) -> int:
-    from harness.trust.repro import repro
+    from harness.trust.repro import check_cell_id, repro
 
+    check_cell_id(args.cell)
     if args.check not in checks.CHECKS:
         raise InputError(f"--check: unknown check {args.check!r}; expected one of {', '.join(checks.CHECKS)}")
     result = repro(args.cell, args.check, args.dir or [Path("reports")], args.env_root)
@@ -284,10 +338,12 @@ def cmd_repro(args) -> int:
 
 def cmd_bisect(args) -> int:
     from harness.execution.run import RunOptions, run_cell
-    from harness.trust.bisect import default_out, run_bisect
+    from harness.trust.bisect import check_order, check_verdict, default_out, run_bisect
 
     if args.check not in checks.CHECKS:
         raise InputError(f"--check: unknown check {args.check!r}; expected one of {', '.join(checks.CHECKS)}")
+    check_order(args.good, args.bad)
+    check_verdict(args.check, args.verdict)
     m = matrix.load(args.matrix)
     out = args.out or default_out(args.package, args.good, args.bad)
     opts = RunOptions(out_dir=out, env_root=args.env_root, checks=(args.check,))

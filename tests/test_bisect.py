@@ -52,6 +52,7 @@ def test_releases_between_skip_prereleases(index):
     ("5.3.1", "5.9.0", "--good: transformers 5.3.1 is not a release"),
     ("5.3.0", "9.9.9", "--bad: transformers 9.9.9 is not a release"),
     ("five", "5.9.0", "--good/--bad"),
+    ("5.9.0", "5.3.0", "--good 5.9.0 is newer than --bad 5.3.0"),
 ])
 def test_bad_ranges_are_clear_errors(index, good, bad, message):
     with pytest.raises(InputError, match=message):
@@ -81,3 +82,29 @@ def test_real_bisect_finds_the_release_that_brought_qwen35(tmp_path):
     assert "first transformers release with a different verdict is 5.2.0" in done.stdout
     assert "last like the good end: 5.1.0" in done.stdout
     assert (tmp_path / "b" / "bisect.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--good", "5.9.0", "--bad", "5.3.0", "--check", "stack-smoke"), "--good 5.9.0 is newer than --bad 5.3.0"),
+    (("--good", "5.3.0", "--bad", "5.9.0", "--check", "offload-regression", "--verdict", "upsteam"),
+     "--verdict: offload-regression gives no verdict 'upsteam'"),
+    (("--good", "5.3.0", "--bad", "5.9.0", "--check", "stack-smoke", "--verdict", "trainer"),
+     "--verdict: stack-smoke gives no verdict 'trainer'"),
+])
+def test_cli_refuses_a_bisect_that_cannot_mean_what_it_says_before_building_anything(tmp_path, args, message):
+    done = subprocess.run([sys.executable, "-m", "harness", "bisect", "--package", "transformers", *args,
+                           "--out", str(tmp_path / "b"), "--env-root", str(tmp_path / "envs")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert done.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "b").exists() and not (tmp_path / "envs").exists()
+
+
+def test_every_verdict_a_check_declares_is_accepted():
+    for check, names in (("offload-regression", ["upstream", "trainer/real-fsdp2"]),
+                         ("patch-parity", ["packed-vs-unpacked:text", "target-audit:torch_npu-ops"]),
+                         ("nested-chunking", ["ragged-middle/trainer"]), ("grpo-convergence", ["band"]),
+                         ("bridge-parity", ["full-attention-tp2", "hybrid-tp1"])):
+        for name in names:
+            bs.check_verdict(check, name)
+    bs.check_verdict("stack-smoke", None)

@@ -34,6 +34,16 @@ def test_matrix_list_json_gives_ids_axes_tags_and_pins():
     (("run", "matrices/missing.toml"), "cannot read matrix file"),
     (("check", "vibes"), "unknown check 'vibes'"),
     (("check", "stack-smoke", "--model-config", "no-such.json"), "is not a file"),
+    (("check", "stack-smoke", "--model-config", "README.md"), "not a JSON file"),
+    (("check", "stack-smoke", "--model-config", "tests/resources/matrices/small.toml"), "not a JSON file"),
+    (("check", "stack-smoke", "--seed", "99999999999999999999999"), "--seed: expected a whole number from 0"),
+    (("check", "stack-smoke", "--seed", "-1"), "--seed: expected a whole number from 0"),
+    (("check", "stack-smoke", "--steps", "0"), "--steps: expected a whole number of at least 1"),
+    (("run", "matrices/cpu.toml", "--cells", "nope", "--steps", "0"), "--steps: expected a whole number of at least 1"),
+    (("run", "matrices/cpu.toml", "--cells", "nope", "--seed", "-5"), "--seed: expected a whole number from 0"),
+    (("repro", "../x", "--check", "stack-smoke"), "not a cell id"),
+    (("repro", "fsdp-text-*", "--check", "stack-smoke"), "not a cell id"),
+    (("repro", "a/b", "--check", "stack-smoke"), "not a cell id"),
     (("frobnicate",), "invalid choice"),
 ])
 def test_bad_input_exits_2_with_one_line(args, expected):
@@ -58,3 +68,30 @@ def test_report_of_a_directory_without_results_exits_4(tmp_path):
     done = harness("report", tmp_path)
     assert done.returncode == 4
     assert str(tmp_path) in done.stderr
+
+
+@pytest.mark.parametrize("config, expected", [
+    ('{"num_hiden_layers": 2}', "unknown key 'num_hiden_layers'"),
+    ('{"text_config": {"hiden_size": 8}}', "unknown key 'text_config.hiden_size'"),
+    ('[1, 2]', "expected a JSON object"),
+    ('{"num_hidden_layers": "two"}', "not a usable text config"),
+])
+def test_a_model_config_that_is_not_a_config_exits_2(tmp_path, config, expected):
+    pytest.importorskip("transformers")
+    path = tmp_path / "c.json"
+    path.write_text(config)
+    model = "vl" if "text_config" in config else "text"
+    done = harness("check", "stack-smoke", "--model", model, "--model-config", path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert expected in done.stderr and done.stderr.strip().count("\n") == 0
+
+
+def test_repro_never_uses_an_unchecked_id_as_a_path(tmp_path):
+    victim = tmp_path / "x"
+    victim.mkdir()
+    (victim / "keep").write_text("precious")
+    (tmp_path / "reports" / "cells").mkdir(parents=True)
+    done = harness("repro", "../x", "--check", "stack-smoke", "--dir", tmp_path / "reports", "--env-root",
+                   tmp_path / "envs" / "inner", cwd=tmp_path)
+    assert done.returncode == 2 and "not a cell id" in done.stderr
+    assert (victim / "keep").read_text() == "precious" and not (tmp_path / "envs").exists()

@@ -45,3 +45,10 @@ def test_missing_qwen35_fails_naming_the_version(monkeypatch):
     monkeypatch.setattr(models, "build_model", unavailable)
     result = stack_smoke.run(CheckOptions())
     assert result.status is Status.FAIL and "transformers 5.1.0" in result.message
+
+
+def test_a_model_without_decoder_layers_fails(tmp_path):
+    config = tmp_path / "zero.json"
+    config.write_text('{"num_hidden_layers": 0, "layer_types": []}')
+    result = stack_smoke.run(CheckOptions(model_config=config))
+    assert result.status is Status.FAIL and "no decoder layers" in result.message

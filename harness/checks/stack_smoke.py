@@ -27,6 +27,12 @@ def run(options: CheckOptions) -> CheckResult:
     except Qwen35Unavailable as exc:
         return CheckResult(NAME, Status.FAIL, str(exc).split(":")[0], metrics={"qwen35_available": False})
 
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    count = len(layers) if layers is not None else model.config.num_hidden_layers
+    if count < 1:  # embeddings alone pass forward and backward: nothing of Qwen3.5 would be tested
+        return CheckResult(NAME, Status.FAIL, f"the model has no decoder layers ({count})",
+                           metrics={"qwen35_available": True})
+
     generator = torch.Generator().manual_seed(options.seed)
     vocab = model.config.vocab_size
     input_ids = torch.randint(3, vocab, (4, 32), generator=generator)

@@ -7,6 +7,7 @@ differs from the good end's, running only O(log n) cells. Works for any package 
 """
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,12 +30,43 @@ def package_axis(package: str) -> str:
                      f"{', '.join(ax.PACKAGE_AXES.values())}")
 
 
-def releases_between(index: PackageIndex, distribution: str, good: str, bad: str) -> list[Version]:
-    """Final releases from good to bad inclusive, oldest first; both ends must exist."""
+# The verdicts each built-in check gives (patterns: some carry a patch, family or engine name), so that
+# a --verdict naming none of them is refused before any environment is built. A check not listed here
+# (an extra check) may give any.
+VERDICTS: dict[str, tuple[str, ...]] = {
+    "stack-smoke": (),
+    "patch-parity": ("patched-vs-stock:*", "packed-vs-unpacked:*", "packed-stock-upstream*", "fused-logprob:*",
+                     "rollout-vs-trainer:*", "target-audit:*"),
+    "offload-regression": ("upstream", "trainer", "upstream/*", "trainer/*"),
+    "nested-chunking": ("*/*",),
+    "bridge-parity": ("full-attention-tp*", "hybrid-tp*"),
+    "grpo-convergence": ("threshold", "gain", "band"),
+}
+
+
+def check_verdict(check: str, verdict: str | None) -> None:
+    if verdict is None or check not in VERDICTS:
+        return
+    if not any(fnmatch.fnmatchcase(verdict, pattern) for pattern in VERDICTS[check]):
+        given = ", ".join(VERDICTS[check]) or "none: bisect on its status without --verdict"
+        raise InputError(f"--verdict: {check} gives no verdict {verdict!r}; its verdicts: {given}")
+
+
+def check_order(good: str, bad: str) -> Version:
+    """--good must be the older end: the search reports the first release unlike it."""
     try:
         lo, hi = Version(good), Version(bad)
     except InvalidVersion as exc:
         raise InputError(f"--good/--bad: {exc}") from None
+    if lo > hi:
+        raise InputError(f"--good {lo} is newer than --bad {hi}: --good is the older release, whose verdict is "
+                         "the reference (to find a fix, pass the broken older release as --good)")
+    return lo
+
+
+def releases_between(index: PackageIndex, distribution: str, good: str, bad: str) -> list[Version]:
+    """Final releases from good to bad inclusive, oldest first; both ends must exist."""
+    lo, hi = check_order(good, bad), Version(bad)
     available = index.versions(distribution)
     if not available:
         raise InputError(f"--package: {distribution!r} not found on {index.url}")
@@ -43,7 +75,6 @@ def releases_between(index: PackageIndex, distribution: str, good: str, bad: str
             raise InputError(f"{end}: {distribution} {value} is not a release on {index.url}")
     if lo == hi:
         raise InputError(f"--good and --bad are the same release ({lo}): nothing to bisect")
-    lo, hi = min(lo, hi), max(lo, hi)
     public = sorted({Version(v.public) for v in available if not v.is_prerelease and not v.is_devrelease})
     return [v for v in public if lo <= v <= hi]
 
@@ -96,7 +127,8 @@ def bisect(versions: list[Version], verdict_of: Callable[[Version], str], packag
 
 def cell_for(template: Cell, axis: str, version: Version) -> Cell:
     axes_values = {**template.axes, axis: str(version)}
-    return Cell(template.matrix, ax.cell_id(axes_values), axes_values, template.tags, template.checks,
+    qualified = template.id != ax.cell_id(template.axes)  # the template's image needed its hash suffix
+    return Cell(template.matrix, ax.cell_id(axes_values, qualified), axes_values, template.tags, template.checks,
                 template.known_failures, template.runner, python=template.python)
 
 
@@ -125,6 +157,7 @@ def template_cell(m: Matrix, axis: str, cell_id: str | None) -> Cell:
 def run_bisect(m: Matrix, package: str, good: str, bad: str, check: str, verdict: str | None,
                template_id: str | None, run_one: Callable[[Cell], CellResult],
                index: PackageIndex | None = None) -> Bisection:
+    check_verdict(check, verdict)
     axis = package_axis(package)
     template = template_cell(m, axis, template_id)
     versions = releases_between(index or PackageIndex(), ax.PACKAGE_AXES[axis], good, bad)

@@ -9,6 +9,7 @@ from pathlib import Path
 from harness.envs import cellenv, interpreters
 from harness.errors import EnvironmentMissing, InputError
 from harness.execution import runner
+from harness.matrix.axes import CELL_ID_RE
 from harness.results.records import CheckResult, load_cell
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_.+\-/=:]+$")
@@ -23,6 +24,14 @@ def command(cell_id: str, check: str, results_dir: str | None = None) -> str:
     return " ".join(parts) if all(_PLAIN.match(p) for p in parts) else shlex.join(parts)
 
 
+def check_cell_id(cell_id: str) -> None:
+    """An id names files and the environment directory that is cleared: only the ids a matrix makes
+    (no path separator, no glob pattern, no leading dot) get that far."""
+    if not CELL_ID_RE.match(cell_id):
+        raise InputError(f"{cell_id!r} is not a cell id (letters, digits, '.', '_', '+' and '-'; see "
+                         "`python -m harness matrix list FILE`)")
+
+
 def find_cell(cell_id: str, search: list[Path]) -> Path:
     hits = [p for d in search for p in sorted(Path(d).glob(f"**/cells/{cell_id}.json"))]
     if not hits:
@@ -33,6 +42,7 @@ def find_cell(cell_id: str, search: list[Path]) -> Path:
 
 
 def repro(cell_id: str, check: str, search: list[Path], env_root: Path, timeout: float = 1800) -> CheckResult:
+    check_cell_id(cell_id)
     path = find_cell(cell_id, search)
     try:
         cell = load_cell(path)
