@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.errors import EnvironmentMissing
 
 from . import pipconfig
+from .lifetime import die_with_parent
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 HARNESS_NEEDS = ("packaging",)
@@ -86,7 +87,8 @@ def _fingerprint(requirements: list[str], python: str) -> str:
 def _run_logged(argv: list[str], log, env: dict[str, str]) -> None:
     log.write(f"$ {' '.join(argv)}\n".encode())
     log.flush()
-    done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
+    done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, check=False,
+                          preexec_fn=die_with_parent)
     if done.returncode != 0:
         raise SetupFailed(f"`{Path(argv[0]).name} {' '.join(argv[1:3])}` exited with status {done.returncode}")
 
@@ -135,7 +137,7 @@ def build_from_lock(name: str, lock: Path, env_root: Path, log_path: Path, pytho
 def freeze(env: CellEnv) -> str:
     """The resolved lock of the environment (`uv pip freeze`), for the report and for repro."""
     done = subprocess.run([uv_binary(), "pip", "freeze", "--python", str(env.python)], capture_output=True,
-                          text=True, check=False, env=uv_process_env())
+                          text=True, check=False, env=uv_process_env(), preexec_fn=die_with_parent)
     if done.returncode != 0:
         raise SetupFailed(f"uv pip freeze failed: {done.stderr.strip()[-500:]}")
     return done.stdout

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .lifetime import die_with_parent
+
 PACKAGES = ("torch", "torch-npu", "transformers", "tensordict", "vllm", "vllm-ascend", "megatron-core",
             "mbridge", "megatron-bridge", "accelerate", "flash-linear-attention", "causal-conv1d", "numpy")
 ENV_ALLOWLIST = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "OMP_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG",
@@ -71,7 +73,8 @@ def _torch_devices() -> dict:
         info["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         try:
             info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                            capture_output=True, text=True, timeout=30).stdout.split("\n")[0].strip()
+                                            capture_output=True, text=True, timeout=30,
+                                            preexec_fn=die_with_parent).stdout.split("\n")[0].strip()
         except (OSError, subprocess.TimeoutExpired):
             info["driver"] = None
     cann = _cann_version()
@@ -86,7 +89,7 @@ def _device_tool_report() -> dict[str, str]:
     for name, argv in (("nvidia_smi", ["nvidia-smi"]), ("npu_smi", ["npu-smi", "info"])):
         if shutil.which(argv[0]):
             try:
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=60, preexec_fn=die_with_parent)
                 report[name] = (done.stdout + done.stderr)[:4096]
             except (OSError, subprocess.TimeoutExpired) as exc:
                 report[name] = f"failed: {exc}"
@@ -105,7 +108,7 @@ def project_revision() -> str | None:
         return None
     try:
         done = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty=+dirty", "--abbrev=12"],
-                              capture_output=True, text=True, timeout=30)
+                              capture_output=True, text=True, timeout=30, preexec_fn=die_with_parent)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() or None

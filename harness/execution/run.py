@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness import checks
 from harness.envs import cellenv, container, interpreters
+from harness.envs.lifetime import die_with_parent
 from harness.matrix import Cell, Matrix
 from harness.results.records import (
     CellResult,
@@ -147,7 +148,7 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
         reason = str(exc)
         result.checks = combine_checks(wanted, kept, lambda name: CheckResult(
             name, Status.SKIP, reason, failure_class="infra"))
-        return _finish(result, opts, start)
+        return _finish(result, cell, opts, start)
     env, attempts, failure = None, [], "infra"
     for _ in range(opts.retries + 1):
         try:
@@ -169,10 +170,10 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
         result.lock = str(rel / "lock.txt")
         result.environment = _capture(env, opts)
         result.checks = combine_checks(wanted, kept, lambda name: _one_check(name, cell, matrix, env, opts, rel))
-    return _finish(result, opts, start)
+    return _finish(result, cell, opts, start)
 
 
-def _finish(result: CellResult, opts: RunOptions, start: float) -> CellResult:
+def _finish(result: CellResult, cell: Cell, opts: RunOptions, start: float) -> CellResult:
     result.finished, result.duration = now(), round(time.perf_counter() - start, 3)
     reapply_known_failures(result, cell)  # the kept results, too
     write_json_atomic(cell_path(opts.out_dir, result.cell_id), result.to_dict())
@@ -212,7 +213,8 @@ def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts
 def _capture(env: cellenv.CellEnv, opts: RunOptions) -> dict:
     try:
         done = subprocess.run([str(env.python), "-m", "harness", "envinfo"], capture_output=True, text=True,
-                              env=env.run_env(opts.extra_env), timeout=300, check=False)
+                              env=env.run_env(opts.extra_env), timeout=300, check=False,
+                              preexec_fn=die_with_parent)
     except subprocess.TimeoutExpired:  # a hung device tool must not stop the matrix
         return {"error": "environment capture did not finish within 300 s"}
     try:

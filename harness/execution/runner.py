@@ -7,18 +7,17 @@ the tail of its log, so that the run goes on.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import traceback
 from pathlib import Path
 
 from harness import checks
 from harness.envs.cellenv import tail
+from harness.envs.lifetime import die_with_parent
 from harness.results.records import CheckResult, Status
 
 UNAVAILABLE = "Qwen35Unavailable"
@@ -48,10 +47,7 @@ def _child_setup(megabytes: int | None):
     """Runs in the child before exec: die with the runner, and cap memory when asked."""
 
     def apply() -> None:
-        if sys.platform == "linux":
-            # A killed runner must not leave its checks running: the kernel sends SIGKILL to the
-            # child when its parent dies (PR_SET_PDEATHSIG = 1).
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+        die_with_parent()  # a killed runner must not leave its checks running
         if megabytes:
             import resource
 
