@@ -17,6 +17,7 @@ from harness import checks, matrix
 from harness.envs import devices
 from harness.errors import BaselineChanged, HarnessError, InputError, NewFailures
 from harness.execution import runner
+from harness.execution.lock import results_lock
 from harness.matrix import index
 from harness.plans import command as plan_command
 from harness.results.records import write_json_atomic
@@ -212,16 +213,17 @@ def cmd_run(args) -> int:
     opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=args.jobs, redo=args.redo,
                       checks=tuple(args.checks or ()), seed=args.seed, steps=args.steps, timeout=args.timeout,
                       retries=args.retries)
-    print(f"matrix {m.name}: {len(cells)} cells, checks {', '.join(opts.checks or m.checks)} -> {out}",
-          file=sys.stderr)
-    if args.ray is not None:
-        from harness.execution.ray_dispatch import run_on_ray
+    with results_lock(out):  # one run per results directory (execution/lock.py)
+        print(f"matrix {m.name}: {len(cells)} cells, checks {', '.join(opts.checks or m.checks)} -> {out}",
+              file=sys.stderr)
+        if args.ray is not None:
+            from harness.execution.ray_dispatch import run_on_ray
 
-        run_on_ray(m, cells, opts, args.ray)
-    else:
-        run_matrix(m, cells, opts)
-    if not args.no_report:
-        _write_report(out)
+            run_on_ray(m, cells, opts, args.ray)
+        else:
+            run_matrix(m, cells, opts)
+        if not args.no_report:
+            _write_report(out)
     return 0
 
 
@@ -352,7 +354,9 @@ def cmd_bisect(args) -> int:
         print(f"bisect: running {cell.id}", file=sys.stderr)
         return run_cell(cell, m, opts)
 
-    result = run_bisect(m, args.package, args.good, args.bad, args.check, args.verdict, args.cell_template, run_one)
+    with results_lock(out):
+        result = run_bisect(m, args.package, args.good, args.bad, args.check, args.verdict, args.cell_template,
+                            run_one)
     write_json_atomic(out / "bisect.json", {"package": result.package, "check": result.check,
                                             "first_changed": str(result.first_changed or ""),
                                             "last_same": str(result.last_same or ""), "verdicts": result.verdicts,

@@ -34,3 +34,9 @@ class BaselineChanged(HarnessError):
     """Raised by `report --baseline FILE` when a verdict differs from the committed baseline; exit 6."""
 
     exit_code = 6
+
+
+class ResultsBusy(HarnessError):
+    """Another run is writing to the same results directory; exit 7."""
+
+    exit_code = 7

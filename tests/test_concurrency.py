@@ -1,0 +1,59 @@
+"""Two runs on one results directory: the second stops at once with exit 7 and a one-line message while
+the first runs (nothing of the first is touched); one after the other, they merge per check and lose
+nothing. Real processes, real lock."""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = """\
+[matrix]
+name = "two"
+checks = ["misbehave", "misbehave-too"]
+
+[axes]
+backend = ["fsdp"]
+model = ["text", "vl"]
+device = ["cpu"]
+"""
+pytestmark = pytest.mark.slow
+
+
+def _argv(tmp_path, *checks):
+    return [sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out", str(tmp_path / "out"),
+            "--env-root", str(tmp_path / "envs"), "--no-index-check", "--no-report", "--checks", *checks]
+
+
+def _checks(tmp_path) -> dict[str, dict[str, str]]:
+    cells = sorted((tmp_path / "out" / "cells").glob("*.json"))
+    return {p.stem: {c["check"]: c["status"] for c in json.loads(p.read_text())["checks"]} for p in cells}
+
+
+def test_a_second_run_on_the_same_directory_stops_and_the_first_loses_nothing(tmp_path, project_env):
+    (tmp_path / "m.toml").write_text(MATRIX)
+    env = {**project_env, "MISBEHAVE": "slow", "MISBEHAVE_SECONDS": "2", "MISBEHAVE_PIDS": str(tmp_path / "pids")}
+    first = subprocess.Popen(_argv(tmp_path, "misbehave"), cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (tmp_path / "pids").exists() and time.time() < deadline:  # the first run is inside a check
+        time.sleep(0.05)
+    second = subprocess.run(_argv(tmp_path, "misbehave-too"), cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert first.poll() is None, "the first run ended before the second started: the test proves nothing"
+    assert second.returncode == 7, second.stderr
+    assert "another run (pid " in second.stderr and "--out" in second.stderr
+    assert second.stderr.strip().startswith("error: ") and second.stderr.strip().count("\n") == 0
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    assert _checks(tmp_path) == {"fsdp-text": {"misbehave": "pass"}, "fsdp-vl": {"misbehave": "pass"}}
+
+    # Once the first is done the second runs, and each cell keeps both runs' results.
+    again = subprocess.run(_argv(tmp_path, "misbehave-too"), cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr
+    both = {"misbehave-too": "pass", "misbehave": "pass"}
+    assert _checks(tmp_path) == {"fsdp-text": both, "fsdp-vl": both}
+    logs = sorted(p.name for p in (tmp_path / "out" / "cells" / "fsdp-text" / "logs").glob("*.log"))
+    assert logs == ["misbehave-too.log", "misbehave.log", "setup.log"]
