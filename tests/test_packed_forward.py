@@ -6,6 +6,7 @@ import contextlib
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.versions  # nox -s tests-affected runs these on a transformers that leaks
 
 from trainers.patches import packed_forward as pf
 
@@ -88,8 +89,9 @@ def test_stock_layer_does_not_keep_packed_sequences_apart(text_model):
         alone = _alone(text_model, seqs)
         try:
             out = pf.forward_packed(text_model, packed).logits[0]
-        except ValueError:
-            return  # refused: the stock fallback will not pretend
+        except ValueError:  # refused: the stock fallback will not pretend; the leak is seen where it happens
+            pytest.skip("this transformers refuses packed sequences without kernels: the leak case runs in "
+                        "nox -s tests-affected")
     second = packed.split(out, dim=0)[1]
     assert (second - alone[1]).abs().max() > 1e-3
 
