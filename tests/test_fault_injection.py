@@ -1,0 +1,79 @@
+"""Fault injection: a real matrix run killed at random moments, again and again (seeded), never loses or
+damages a finished result, and the next run completes the rest.
+
+Six cells of two cheap checks (tests/resources/checks/misbehaving.py); each try is killed after a random
+delay by SIGKILL, SIGTERM or SIGINT, landing in start-up, uv, the environment capture, a check or a write.
+"""
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.results.records import load_cell
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = """\
+[matrix]
+name = "faults"
+checks = ["misbehave", "misbehave-too"]
+
+[axes]
+backend = ["fsdp", "megatron"]
+model = ["text", "vl", "moe"]
+device = ["cpu"]
+"""
+KILLS = 24  # runs killed while there is work left
+BUDGET_S = 900  # the whole test, kills and the final run; far above what it takes on a quiet machine
+pytestmark = pytest.mark.slow
+
+
+def _finished(out: Path) -> dict[str, bytes]:
+    cells = out / "cells"
+    return {p.name: p.read_bytes() for p in sorted(cells.glob("*.json"))} if cells.is_dir() else {}
+
+
+def _assert_whole(out: Path, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        json.loads(data)  # valid JSON
+        cell = load_cell(out / "cells" / name)
+        assert [c.check for c in cell.checks] == ["misbehave", "misbehave-too"], name  # complete
+        assert all(c.status.value == "pass" for c in cell.checks), name
+    assert not list((out / "cells").glob(".*.tmp")) if (out / "cells").is_dir() else True
+
+
+def test_random_kills_never_damage_a_finished_result_and_the_next_run_completes(tmp_path, project_env):
+    (tmp_path / "m.toml").write_text(MATRIX)
+    env = {**project_env, "MISBEHAVE": "slow", "MISBEHAVE_SECONDS": "0.3", "CI": "1"}
+    rng = random.Random(20261123)
+    start = time.monotonic()
+    signals = [signal.SIGKILL] * 4 + [signal.SIGTERM, signal.SIGINT]
+    kills, rounds, survived = 0, 0, 0
+    # A round ends when a run finishes before its signal: that run is the one that completes the rest.
+    # Rounds go on (each in a fresh results directory, environments kept) until KILLS runs were killed mid-way.
+    while kills < KILLS:
+        out, kept, rounds = tmp_path / f"out{rounds}", {}, rounds + 1
+        argv = [sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out", str(out), "--env-root",
+                str(tmp_path / "envs"), "--no-index-check", "--no-report", "--retries", "0"]
+        while True:
+            assert time.monotonic() - start < BUDGET_S, f"only {kills} kills within {BUDGET_S} s"
+            run = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            time.sleep(rng.uniform(0.3, 8.0))
+            sig = rng.choice(signals)
+            run.send_signal(sig)
+            _, err = run.communicate(timeout=120)
+            assert run.returncode in (-sig, 130, 0), err.decode()[-2000:]  # 0: it finished before the signal
+            now = _finished(out)
+            for name, data in kept.items():
+                assert now.get(name) == data, f"{sig.name} changed or lost the finished {name}"
+            _assert_whole(out, now)
+            if run.returncode == 0:
+                assert len(now) == 6, "a run that exits 0 has finished every cell"
+                break
+            kills, survived, kept = kills + 1, survived + len(kept), now
+    print(f"{kills} runs killed mid-way in {rounds} rounds; finished cells checked after a kill: {survived}")
+    assert survived >= KILLS // 2, "the kills landed before any cell finished: survival was hardly tested"
