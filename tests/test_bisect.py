@@ -104,7 +104,7 @@ def test_every_verdict_a_check_declares_is_accepted():
     for check, names in (("offload-regression", ["upstream", "trainer/real-fsdp2"]),
                          ("patch-parity", ["packed-vs-unpacked:text", "target-audit:torch_npu-ops"]),
                          ("nested-chunking", ["ragged-middle/trainer"]), ("grpo-convergence", ["band"]),
-                         ("bridge-parity", ["full-attention-tp2", "hybrid-tp1"])):
+                         ("bridge-parity", ["text-hybrid-tp1", "moe-hybrid-ep2", "packed-gdn"])):
         for name in names:
             bs.check_verdict(check, name)
     bs.check_verdict("stack-smoke", None)

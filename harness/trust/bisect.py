@@ -39,7 +39,7 @@ VERDICTS: dict[str, tuple[str, ...]] = {
                      "rollout-vs-trainer:*", "target-audit:*"),
     "offload-regression": ("upstream", "trainer", "upstream/*", "trainer/*"),
     "nested-chunking": ("*/*",),
-    "bridge-parity": ("full-attention-tp*", "hybrid-tp*"),
+    "bridge-parity": ("*-tp[0-9]*", "*-ep[0-9]*", "packed-gdn"),
     "grpo-convergence": ("threshold", "gain", "band"),
 }
 
