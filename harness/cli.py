@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from harness import checks, matrix
@@ -54,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--retries", type=int, default=2, help="extra tries after an infra failure or a crash")
     run.add_argument("--no-index-check", action="store_true", help="do not ask the index whether releases exist")
     run.add_argument("--no-report", action="store_true", help="do not render the report after the run")
+    # A cell run inside its container image by a host run that already holds the directory's lock.
+    run.add_argument("--under-host-lock", action="store_true", help=argparse.SUPPRESS)
     run.add_argument("--ray", default=None, metavar="ADDRESS",
                      help="run the cells as Ray tasks on a cluster: host:port, ray://host:port, auto, or local "
                           "(starts one on this machine)")
@@ -213,7 +216,7 @@ def cmd_run(args) -> int:
     opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=args.jobs, redo=args.redo,
                       checks=tuple(args.checks or ()), seed=args.seed, steps=args.steps, timeout=args.timeout,
                       retries=args.retries)
-    with results_lock(out):  # one run per results directory (execution/lock.py)
+    with nullcontext() if args.under_host_lock else results_lock(out):  # one run per directory (execution/lock.py)
         print(f"matrix {m.name}: {len(cells)} cells, checks {', '.join(opts.checks or m.checks)} -> {out}",
               file=sys.stderr)
         if args.ray is not None:

@@ -2,6 +2,7 @@
 the first runs (nothing of the first is touched); one after the other, they merge per check and lose
 nothing. Real processes, real lock."""
 import json
+import os
 import subprocess
 import sys
 import time
@@ -57,3 +58,18 @@ def test_a_second_run_on_the_same_directory_stops_and_the_first_loses_nothing(tm
     assert _checks(tmp_path) == {"fsdp-text": both, "fsdp-vl": both}
     logs = sorted(p.name for p in (tmp_path / "out" / "cells" / "fsdp-text" / "logs").glob("*.log"))
     assert logs == ["misbehave-too.log", "misbehave.log", "setup.log"]
+
+
+def test_a_cell_run_inside_its_container_runs_under_the_host_run_lock(tmp_path, project_env):
+    from harness.execution.lock import results_lock
+
+    (tmp_path / "m.toml").write_text(MATRIX)
+    env = {**project_env, "MISBEHAVE": "pass"}
+    with results_lock(tmp_path / "out"):  # this process plays the host run
+        blocked = subprocess.run(_argv(tmp_path, "misbehave"), cwd=ROOT, env=env, capture_output=True, text=True,
+                                 timeout=300)
+        inner = subprocess.run([*_argv(tmp_path, "misbehave"), "--cells", "fsdp-text", "--under-host-lock"],
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert blocked.returncode == 6 and f"(pid {os.getpid()})" in blocked.stderr
+    assert inner.returncode == 0, inner.stderr
+    assert _checks(tmp_path) == {"fsdp-text": {"misbehave": "pass"}}

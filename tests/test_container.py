@@ -99,7 +99,8 @@ def test_run_options_reach_the_inner_run(tmp_path):
     _, args = _args(tmp_path, redo=True, checks=("stack-smoke",), steps=3, timeout=50.0, retries=0, seed=7,
                     extra_env={"MY_SETTING": "on"})
     command = " ".join(args["command"])
-    for part in ("--redo", "--checks stack-smoke", "--steps 3", "--timeout 50.0", "--retries 0", "--seed 7"):
+    for part in ("--redo", "--checks stack-smoke", "--steps 3", "--timeout 50.0", "--retries 0", "--seed 7",
+                 "--under-host-lock"):  # the host run holds the results directory's lock
         assert part in command
     assert args["environment"]["MY_SETTING"] == "on"
 

@@ -177,7 +177,7 @@ def run_args(cell, matrix, opts, image: Image, environ: dict[str, str] | None = 
     command = ["python3", "-m", "harness.envs.incontainer", f"{ENVS}/bootstrap/{cell.id}",
                "run", f"{MATRIX_DIR}/{matrix.path.name}", "--cells", cell.id, "--out", OUT,
                "--env-root", f"{ENVS}/cells", "--no-report", "--no-index-check", "--jobs", "1",
-               "--retries", str(opts.retries), "--seed", str(opts.seed)]
+               "--retries", str(opts.retries), "--seed", str(opts.seed), "--under-host-lock"]
     command += ["--steps", str(opts.steps)] if opts.steps is not None else []
     command += ["--timeout", str(opts.timeout)] if opts.timeout else []
     command += ["--checks", *opts.checks] if opts.checks else []
