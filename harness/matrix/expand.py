@@ -9,6 +9,7 @@ import datetime as dt
 import itertools
 import re
 import tomllib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -320,11 +321,12 @@ def _expand(ld: _Loader, products: list[tuple[dict, tuple[str, ...]]]
         if index and not added:  # products[0] is [axes]; an include that adds nothing is a mistake
             raise ld.error(where[index], "adds no cell: every combination it names is already in the matrix")
     readable = [ax.cell_id(dict(key)) for key in made_by]
+    shared = Counter(readable)
     combos: dict[str, dict[str, str]] = {}
     extra_for: dict[str, tuple[str, ...]] = {}
     for key, plain in zip(made_by, readable):
         # Images with the same readable form (another registry or digest) get a short hash each.
-        cid = ax.cell_id(dict(key), qualified=readable.count(plain) > 1)
+        cid = ax.cell_id(dict(key), qualified=shared[plain] > 1)
         if cid in combos:
             raise ld.error(where[made_by[key][0]], f"two different cells would both be called {cid}")
         combos[cid], extra_for[cid] = dict(key), made_by[key][1]
