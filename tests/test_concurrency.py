@@ -70,6 +70,6 @@ def test_a_cell_run_inside_its_container_runs_under_the_host_run_lock(tmp_path, 
                                  timeout=300)
         inner = subprocess.run([*_argv(tmp_path, "misbehave"), "--cells", "fsdp-text", "--under-host-lock"],
                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert blocked.returncode == 6 and f"(pid {os.getpid()})" in blocked.stderr
+    assert blocked.returncode == 7 and f"(pid {os.getpid()})" in blocked.stderr
     assert inner.returncode == 0, inner.stderr
     assert _checks(tmp_path) == {"fsdp-text": {"misbehave": "pass"}}
