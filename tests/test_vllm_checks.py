@@ -10,7 +10,7 @@ import importlib.util
 import pytest
 
 from harness.checks import CheckOptions, vllm_chat, vllm_engine, vllm_rollout
-from harness.results import Status
+from harness.results.records import Status
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here")
 

@@ -44,6 +44,12 @@ CHECKS: dict[str, CheckSpec] = {
         CheckSpec("launch-plans", "harness.checks.launch_plans",
                   "the shipped launch plans (plans/*.toml) checked against this cell's megatron-core, "
                   "transformers and vLLM rules, with memory per device"),
+        CheckSpec("vllm-rollout", "harness.checks.vllm_rollout",
+                  "the cell's vLLM loads Qwen3.5; its log-probs and greedy tokens match the trainer's, also after a "
+                  "GRPO update and a weight sync", timeout=900),
+        CheckSpec("vllm-chat-parity", "harness.checks.vllm_chat",
+                  "the trainer's tool-call parser and chat-template fallback agree with vLLM's parser and the "
+                  "tokenizer's template", timeout=300),
     )
 }
 

@@ -19,7 +19,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from ..results import CheckResult, Status, Verdict
+from harness.results.records import CheckResult, Status, Verdict
+
 from . import CheckOptions, vllm_chat_cases, vllm_engine
 
 NAME = "vllm-chat-parity"

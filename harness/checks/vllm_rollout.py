@@ -18,7 +18,8 @@ from __future__ import annotations
 import copy
 import random
 
-from ..results import CheckResult, Status, Verdict
+from harness.results.records import CheckResult, Status, Verdict
+
 from . import CheckOptions, vllm_engine
 
 NAME = "vllm-rollout"

@@ -152,7 +152,8 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     env, attempts, failure = None, [], "infra"
     for _ in range(opts.retries + 1):
         try:
-            env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, python)
+            env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, python,
+                                cell.install.from_index, cell.install.remove)
             write_text_atomic(cell_dir / "lock.txt", cellenv.freeze(env))
             break
         except cellenv.SetupFailed as exc:

