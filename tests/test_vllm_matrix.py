@@ -52,6 +52,9 @@ def test_an_install_recipe_is_data_on_the_cells_it_adds(tmp_path):
     ('install = { from_index = ["torch>=2"] }', "expected an exact pin"),
     ('install = { remove = ["torchaudio; rm -rf /"] }', "is not a distribution name"),
     ('install = { remove = "torchaudio" }', "expected a list of strings"),
+    ('install = { from_source = ["vllm==0.18.0"], build_env = { VLLM_TARGET_DEVICE = "$(id)" } }',
+     "plain value"),
+    ('install = { build_env = { VLLM_TARGET_DEVICE = "empty" } }', "applies only to from_source"),
 ])
 def test_a_malformed_recipe_is_a_one_line_error_naming_its_line(tmp_path, recipe, words):
     with pytest.raises(InputError) as caught:
@@ -59,6 +62,16 @@ def test_a_malformed_recipe_is_a_one_line_error_naming_its_line(tmp_path, recipe
     message = str(caught.value)
     assert words in message and "include[0].install" in message and "(line 13)" in message
     assert "\n" not in message
+
+
+def test_the_npu_matrix_builds_vllm_for_no_device_beside_vllm_ascend():
+    npu = matrix.load(ROOT / "matrices" / "npu.toml")
+    ascend = [c for c in npu.cells if "vllm_ascend" in c.axes]
+    assert ascend and all(c.install.from_source and dict(c.install.build_env) == {"VLLM_TARGET_DEVICE": "empty"}
+                          for c in ascend)
+    assert any(c.axes["vllm_ascend"] == "0.23.0.post1" for c in ascend)
+    # torch-npu 2.9.0 runs on CANN 8.5.x images, 2.10.0.post4 on CANN 9.1.0
+    assert all(("cann:8.5" in c.axes["image"]) == (c.axes["torch_npu"] == "2.9.0") for c in npu.cells)
 
 
 def test_absent_selects_the_cells_without_an_axis(tmp_path):
@@ -111,3 +124,15 @@ def test_build_applies_the_recipe_once_and_without_find_links(tmp_path, monkeypa
     (tmp_path / "calls.jsonl").unlink()
     cellenv.build(*args)  # reused: the recipe's result is not audited (and undone) again
     assert not (tmp_path / "calls.jsonl").exists()
+
+
+def test_build_compiles_from_source_with_the_build_environment(tmp_path, monkeypatch):
+    script = _fake_uv(tmp_path)
+    script.write_text(script.read_text().replace('os.environ.get("UV_FIND_LINKS")',
+                                                 'os.environ.get("VLLM_TARGET_DEVICE")'))
+    monkeypatch.setattr(cellenv, "uv_binary", lambda: str(script))
+    cellenv.build("npu", ["vllm-ascend==0.23.0"], tmp_path / "envs", tmp_path / "setup.log", None, (), (),
+                  ("vllm==0.23.0",), (("VLLM_TARGET_DEVICE", "empty"),))
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert calls[1][1] is None and calls[2][0][-3:] == ["--no-binary", "vllm", "vllm==0.23.0"]
+    assert calls[2][1] == "empty"

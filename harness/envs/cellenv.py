@@ -94,19 +94,22 @@ def _run_logged(argv: list[str], log, env: dict[str, str]) -> None:
 
 
 def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
-          python: str | None = None, from_index: tuple[str, ...] = (), remove: tuple[str, ...] = ()) -> CellEnv:
+          python: str | None = None, from_index: tuple[str, ...] = (), remove: tuple[str, ...] = (),
+          from_source: tuple[str, ...] = (), build_env: tuple[tuple[str, str], ...] = ()) -> CellEnv:
     """Create or reuse the environment of one cell on the interpreter at path `python` (default: the
     harness's own); raise SetupFailed with the log's tail.
 
-    `from_index` and `remove` are a cell's install recipe (harness/matrix/recipe.py), applied after
-    the pins: exact pins reinstalled from the package index alone, then distributions removed.
+    The other arguments are a cell's install recipe (harness/matrix/recipe.py), applied after the
+    pins: exact pins reinstalled from the package index alone, pins built from source with
+    `build_env`, then distributions removed.
     """
     python = python or sys.executable
     env = CellEnv(Path(env_root) / cell_id)
     wanted = {"requirements": sorted(requirements + list(HARNESS_NEEDS)),
               "fingerprint": _fingerprint(requirements, python)}
-    if from_index or remove:
-        wanted["recipe"] = {"from_index": list(from_index), "remove": list(remove)}
+    if from_index or remove or from_source:
+        wanted["recipe"] = {"from_index": list(from_index), "remove": list(remove), "from_source": list(from_source),
+                            "build_env": dict(build_env)}
     uv, uv_env = uv_binary(), uv_process_env()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
@@ -122,6 +125,10 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
                 names = [arg for pin in from_index for arg in ("--reinstall-package", pin.split("==")[0])]
                 _run_logged([uv, "pip", "install", "--python", str(env.python), *names, *from_index], log,
                             {k: v for k, v in uv_env.items() if k != "UV_FIND_LINKS"})
+            if fresh and from_source:
+                names = [arg for pin in from_source for arg in ("--no-binary", pin.split("==")[0])]
+                _run_logged([uv, "pip", "install", "--python", str(env.python), *names, *from_source], log,
+                            {**uv_env, **dict(build_env)})
             if fresh and remove:
                 _run_logged([uv, "pip", "uninstall", "--python", str(env.python), *remove], log, uv_env)
             marker.write_text(json.dumps(wanted))

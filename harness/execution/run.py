@@ -153,7 +153,8 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     for _ in range(opts.retries + 1):
         try:
             env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, python,
-                                cell.install.from_index, cell.install.remove)
+                                cell.install.from_index, cell.install.remove, cell.install.from_source,
+                                cell.install.build_env)
             write_text_atomic(cell_dir / "lock.txt", cellenv.freeze(env))
             break
         except cellenv.SetupFailed as exc:

@@ -9,6 +9,9 @@ matrix says so in an `[[include]]`:
 
 from_index: exact pins reinstalled from the package index alone (this machine's find-links, which
 may hold a local torch build, are not used for them). remove: distributions uninstalled afterwards.
+from_source: exact pins built from their source release, with `build_env` (variable names and
+values, e.g. vllm-ascend's matching vLLM: from_source = ["vllm==0.18.0"],
+build_env = { VLLM_TARGET_DEVICE = "empty" }). Steps run in that order: from_index, from_source, remove.
 """
 from __future__ import annotations
 
@@ -18,7 +21,10 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-KEYS = ("from_index", "remove")
+KEYS = ("from_index", "from_source", "build_env", "remove")
+PIN_KEYS = ("from_index", "from_source")
+_VARIABLE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+_VALUE = re.compile(r"^[A-Za-z0-9_.,:=/+-]{0,200}$")  # plain words: nothing a shell would read
 _NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")  # a distribution name, nothing else
 
 
@@ -30,16 +36,20 @@ class RecipeError(ValueError):
 class InstallRecipe:
     from_index: tuple[str, ...] = ()
     remove: tuple[str, ...] = ()
+    from_source: tuple[str, ...] = ()
+    build_env: tuple[tuple[str, str], ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.from_index or self.remove)
+        return bool(self.from_index or self.remove or self.from_source)
 
     def pins(self) -> dict[str, str]:
-        """Distribution -> exact version of the from_index pins (checked on the index like the axes)."""
-        return {Requirement(p).name: next(iter(Requirement(p).specifier)).version for p in self.from_index}
+        """Distribution -> exact version of the recipe's pins (checked on the index like the axes)."""
+        return {Requirement(p).name: next(iter(Requirement(p).specifier)).version
+                for p in self.from_index + self.from_source}
 
-    def to_dict(self) -> dict[str, list[str]]:
-        return {"from_index": list(self.from_index), "remove": list(self.remove)}
+    def to_dict(self) -> dict:
+        return {"from_index": list(self.from_index), "from_source": list(self.from_source),
+                "build_env": dict(self.build_env), "remove": list(self.remove)}
 
 
 def parse(table: Any, where: str) -> InstallRecipe:
@@ -48,19 +58,33 @@ def parse(table: Any, where: str) -> InstallRecipe:
     unknown = [key for key in table if key not in KEYS]
     if unknown:
         raise RecipeError(f"{where}.{unknown[0]}: unknown key; expected one of {', '.join(KEYS)}")
-    for key in KEYS:
+    for key in (k for k in KEYS if k != "build_env"):
         values = table.get(key, [])
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             raise RecipeError(f"{where}.{key}: expected a list of strings")
-    for value in table.get("from_index", []):
-        try:
-            req = Requirement(value)
-        except InvalidRequirement as exc:
-            raise RecipeError(f"{where}.from_index: {value!r} is not a requirement ({exc})") from None
-        specs = list(req.specifier)
-        if req.url or req.marker or req.extras or len(specs) != 1 or specs[0].operator != "==":
-            raise RecipeError(f"{where}.from_index: {value!r}: expected an exact pin like torch==2.13.0")
+    for key in PIN_KEYS:
+        for value in table.get(key, []):
+            _exact_pin(value, f"{where}.{key}")
     bad = [v for v in table.get("remove", []) if not _NAME.match(v)]
     if bad:
         raise RecipeError(f"{where}.remove: {bad[0]!r} is not a distribution name")
-    return InstallRecipe(tuple(table.get("from_index", [])), tuple(table.get("remove", [])))
+    build_env = table.get("build_env", {})
+    if not isinstance(build_env, dict):
+        raise RecipeError(f"{where}.build_env: expected a table of VARIABLE = \"value\"")
+    for name, value in build_env.items():
+        if not _VARIABLE.match(name) or not isinstance(value, str) or not _VALUE.match(value):
+            raise RecipeError(f"{where}.build_env.{name}: expected an upper-case variable name and a plain value")
+    if build_env and not table.get("from_source"):
+        raise RecipeError(f"{where}.build_env: applies only to from_source, which is empty")
+    return InstallRecipe(tuple(table.get("from_index", [])), tuple(table.get("remove", [])),
+                         tuple(table.get("from_source", [])), tuple(sorted(build_env.items())))
+
+
+def _exact_pin(value: str, where: str) -> None:
+    try:
+        req = Requirement(value)
+    except InvalidRequirement as exc:
+        raise RecipeError(f"{where}: {value!r} is not a requirement ({exc})") from None
+    specs = list(req.specifier)
+    if req.url or req.marker or req.extras or len(specs) != 1 or specs[0].operator != "==":
+        raise RecipeError(f"{where}: {value!r}: expected an exact pin like torch==2.13.0")
