@@ -214,6 +214,9 @@ class VLLMRollout:
         engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         engine_kwargs.setdefault("skip_tokenizer_init", True)
         engine_kwargs.setdefault("enforce_eager", True)
+        # Colocated with the trainer (as verl runs it): vLLM's default 0.92 makes the engine refuse to
+        # start unless 92% of the device's memory is free (the CPU backend checks the machine's RAM).
+        engine_kwargs.setdefault("gpu_memory_utilization", 0.3)
         self.llm = LLM(model=str(model_dir), **engine_kwargs)
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
