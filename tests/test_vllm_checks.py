@@ -9,7 +9,7 @@ import importlib.util
 
 import pytest
 
-from harness.checks import CheckOptions, vllm_chat, vllm_engine, vllm_rollout
+from harness.checks import CheckOptions, grpo_convergence, vllm_chat, vllm_engine, vllm_rollout
 from harness.results.records import Status
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here")
@@ -24,6 +24,27 @@ def test_both_checks_skip_at_once_without_vllm(monkeypatch):
     for check in (vllm_rollout, vllm_chat):
         result = check.run(CheckOptions())
         assert result.status is Status.SKIP and "no vLLM" in result.message
+
+
+def test_convergence_uses_hf_generate_without_vllm_and_its_reference(monkeypatch):
+    monkeypatch.setattr(vllm_engine.importlib.util, "find_spec", lambda name: None)
+    assert grpo_convergence.cell_rollout("fsdp") == "hf"
+    assert grpo_convergence.reference_path("fsdp", "text", "hf").name == "grpo_fsdp_text.json"
+
+
+def test_the_vllm_reference_curve_says_how_it_was_made():
+    import json
+
+    reference = json.loads(grpo_convergence.reference_path("fsdp", "text", "vllm").read_text())
+    assert reference["trainer_args"]["rollout"] == "vllm" and reference["model_config"] == vllm_engine.HEAD_DIMS
+    assert "--rollout vllm" in reference["made_with"]["command"]
+    assert reference["made_with"]["engine"]["name"].startswith("vllm")
+
+
+@needs_vllm
+def test_convergence_rolls_out_with_the_cells_vllm():
+    assert grpo_convergence.cell_rollout("fsdp") == "vllm"
+    assert grpo_convergence.cell_rollout("megatron") == "hf"  # the Megatron trainer keeps HF generate
 
 
 @needs_vllm

@@ -16,6 +16,10 @@ staleness 1 and at 2, each against its own reference (grpo_<backend>_<model>_asy
 made with `--regenerate --mode fully-async --staleness K`), with a fourth verdict per run,
 `bounded`: every update's sample was at most K weight versions old and the sample queue never
 went past its capacity. The measured staleness distribution and overlap are in the metrics.
+
+In a cell with a vLLM the FSDP trainer rolls out with that vLLM (`--rollout vllm`), against its own
+reference, grpo_fsdp_<model>_vllm.json (one rank, the vLLM checks' model config: see vllm_engine),
+made with `--regenerate --rollout vllm`; the result names the engine.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ REFERENCES = Path(__file__).resolve().parents[2] / "trainers" / "references"
 TRAINER_MODULES = {"fsdp": "trainers.fsdp", "megatron": "trainers.megatron"}  # backend -> module, same flags
 NPROC = 2
 RUN_TIMEOUT = 800.0  # seconds; below the registry's 900 s for this check
+REGENERATE_TIMEOUT = 3600.0  # a deliberate one-off; a vLLM engine on a loaded machine can take minutes to start
 # Used only when a reference file is first created; afterwards the file is the authority.
 DEFAULT_TOLERANCES = {"threshold": 0.6, "margin": 0.3, "band": 0.07, "smooth": 3, "final_window": 3,
                       "initial_window": 3}
@@ -46,9 +51,9 @@ DEFAULT_TOLERANCES = {"threshold": 0.6, "margin": 0.3, "band": 0.07, "smooth": 3
 FULLY_ASYNC_STALENESS = (1, 2)  # the staleness bounds a fully-async cell is checked at
 
 
-def reference_path(backend: str, model: str, staleness: int | None = None) -> Path:
-    """The sync reference, or (staleness K) the fully-async one."""
-    suffix = "" if staleness is None else f"_async{staleness}"
+def reference_path(backend: str, model: str, staleness: int | None = None, rollout: str = "hf") -> Path:
+    """The sync reference, or (staleness K) the fully-async one; `_vllm` for the vLLM rollout's."""
+    suffix = ("" if staleness is None else f"_async{staleness}") + ("" if rollout == "hf" else f"_{rollout}")
     return REFERENCES / f"grpo_{backend}_{model}{suffix}.json"
 
 
@@ -64,6 +69,28 @@ def bounded_verdict(records: list[dict], limit: int) -> Verdict:
                    f"staleness at most {worst} (limit {limit}); queue depth at most {depth} (capacity {capacity})")
 
 
+def cell_rollout(backend: str) -> str:
+    """The rollout engine of this cell: its vLLM where it has one (FSDP trainer), else HF generate."""
+    from . import vllm_engine
+
+    return "vllm" if backend == "fsdp" and vllm_engine.installed() else "hf"
+
+
+def _engine(rollout: str) -> dict:
+    from . import vllm_engine
+
+    return vllm_engine.installed() if rollout == "vllm" else {"name": "hf-generate"}
+
+
+def _reference_model_config(reference: dict, work: Path) -> Path | None:
+    """The reference's model config (a dict kept in the file) as the JSON file the trainer reads."""
+    if "model_config" not in reference:
+        return None
+    path = work / "reference_model_config.json"
+    path.write_text(json.dumps(reference["model_config"]), encoding="utf-8")
+    return path
+
+
 def moving_average(values: list[float], window: int) -> list[float]:
     """Trailing mean over up to `window` steps (the first steps average what exists)."""
     out = []
@@ -74,8 +101,8 @@ def moving_average(values: list[float], window: int) -> list[float]:
 
 
 def trainer_command(backend: str, model: str, steps: int, seed: int, metrics: Path, args: dict,
-                    model_config: Path | None = None) -> list[str]:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NPROC),
+                    model_config: Path | None = None, nproc: int = NPROC) -> list[str]:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
                "-m", TRAINER_MODULES[backend], "--model", model, "--steps", str(steps), "--seed", str(seed),
                "--device", os.environ.get("HARNESS_DEVICE", "cpu"), "--metrics", str(metrics)]
     if model_config is not None:
@@ -174,8 +201,9 @@ def _combine(runs: list[tuple[int, CheckResult]]) -> CheckResult:
 def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | None,
              reference: dict | None) -> CheckResult:
     """One trainer run against its reference: sync (staleness None) or fully-async at `staleness`."""
+    rollout = cell_rollout(options.backend) if staleness is None else "hf"  # fully-async runs keep HF generate
     if reference is None:
-        path = reference_path(options.backend, options.model, staleness)
+        path = reference_path(options.backend, options.model, staleness, rollout)
         if not path.exists():
             return CheckResult(NAME, Status.SKIP, f"no reference curve {path.name}; make one with --regenerate")
         reference = json.loads(path.read_text(encoding="utf-8"))
@@ -188,7 +216,8 @@ def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | 
     stem = f"grpo_{options.model}" + ("" if staleness is None else f"_async{staleness}")
     metrics_file, log = work / f"{stem}_metrics.jsonl", work / f"{stem}.log"
     command = trainer_command(options.backend, options.model, steps, options.seed, metrics_file, args,
-                              options.model_config)
+                              options.model_config or _reference_model_config(reference, work),
+                              int(reference.get("nproc", NPROC)))
     code, seconds = run_trainer(command, log)
     from trainers.metrics import read_metrics
 
@@ -212,6 +241,7 @@ def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | 
         last = records[-1]
         metrics.update({k: last.get(k) for k in ("overlap_fraction", "rollout_busy_fraction", "update_busy_fraction")})
     metrics["wall_seconds"] = round(seconds, 2)
+    metrics["engine"] = _engine(args.get("rollout", "hf"))
     metrics["command"] = command[1:]
     return CheckResult(NAME, status, message, metrics=metrics, verdicts=verdicts, log=str(log))
 
@@ -254,10 +284,11 @@ def _portable(argv: list[str]) -> list[str]:
     return out
 
 
-def regenerate(model: str, backend: str, work_dir: Path, argv: list[str], staleness: int | None = None) -> Path:
+def regenerate(model: str, backend: str, work_dir: Path, argv: list[str], staleness: int | None = None,
+               rollout: str = "hf") -> Path:
     """Run the trainer with the reference's settings and rewrite the reference file. A new
     fully-async reference starts from the sync reference's settings, with the mode added."""
-    path = reference_path(backend, model, staleness)
+    path = reference_path(backend, model, staleness, rollout)
     base = reference_path(backend, model)
     if path.exists():
         old = json.loads(path.read_text(encoding="utf-8"))
@@ -265,14 +296,20 @@ def regenerate(model: str, backend: str, work_dir: Path, argv: list[str], stalen
         old = {k: v for k, v in json.loads(base.read_text(encoding="utf-8")).items() if k not in ("curve", "notes")}
     else:
         old = {}
+    if not path.exists() and rollout == "vllm":  # on the vLLM checks' model, one rank, with the vLLM rollout
+        from . import vllm_engine
+
+        old.update(trainer_args={**old.get("trainer_args", {}), "rollout": "vllm"},
+                   model_config=vllm_engine.HEAD_DIMS, nproc=1)
     settings = {**DEFAULT_TOLERANCES, "steps": 20, "seed": 0, "trainer_args": {}, **old}
     if staleness is not None:
         settings["trainer_args"] = {**settings["trainer_args"], "mode": "fully-async", "staleness": staleness}
     stem = f"regenerate_{model}" + ("" if staleness is None else f"_async{staleness}")
     metrics_file, log = work_dir / f"{stem}.jsonl", work_dir / f"{stem}.log"
     command = trainer_command(backend, model, settings["steps"], settings["seed"], metrics_file,
-                              settings["trainer_args"])
-    code, _ = run_trainer(command, log)
+                              settings["trainer_args"], _reference_model_config(settings, work_dir),
+                              int(settings.get("nproc", NPROC)))
+    code, _ = run_trainer(command, log, REGENERATE_TIMEOUT)
     from trainers.metrics import read_metrics
 
     records = read_metrics(metrics_file) if metrics_file.exists() else []
@@ -283,7 +320,7 @@ def regenerate(model: str, backend: str, work_dir: Path, argv: list[str], stalen
         from trainers.fully_async.driver import staleness_distribution
 
         settings["staleness_distribution"] = staleness_distribution(records)
-    settings["made_with"] = made_with(argv, backend, records[0])
+    settings["made_with"] = {**made_with(argv, backend, records[0]), "engine": _engine(rollout)}
     write_json_atomic(path, settings)
     return path
 
@@ -304,13 +341,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="override the trainer's learning rate (0: a trainer that cannot learn)")
     parser.add_argument("--work-dir", type=Path, default=Path("grpo-convergence"))
     parser.add_argument("--regenerate", action="store_true", help="rewrite the reference curve from a fresh run")
+    parser.add_argument("--rollout", default="hf", choices=("hf", "vllm"), help="with --regenerate: which reference")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     bounds = (args.staleness,) if args.staleness else FULLY_ASYNC_STALENESS
     if args.regenerate:
         for k in (bounds if args.mode == "fully-async" else (None,)):
-            print(f"wrote {regenerate(args.model, args.backend, args.work_dir, argv, k)}")
+            print(f"wrote {regenerate(args.model, args.backend, args.work_dir, argv, k, args.rollout)}")
         return 0
     options = CheckOptions(model=args.model, backend=args.backend, seed=args.seed, steps=args.steps,
                            model_config=args.model_config, work_dir=args.work_dir, mode=args.mode)
