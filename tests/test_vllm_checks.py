@@ -29,13 +29,13 @@ def test_both_checks_skip_at_once_without_vllm(monkeypatch):
 def test_convergence_uses_hf_generate_without_vllm_and_its_reference(monkeypatch):
     monkeypatch.setattr(vllm_engine.importlib.util, "find_spec", lambda name: None)
     assert grpo_convergence.cell_rollout("fsdp") == "hf"
-    assert grpo_convergence.reference_path("fsdp", "text", "hf").name == "grpo_fsdp_text.json"
+    assert grpo_convergence.reference_path("fsdp", "text", rollout="hf").name == "grpo_fsdp_text.json"
 
 
 def test_the_vllm_reference_curve_says_how_it_was_made():
     import json
 
-    reference = json.loads(grpo_convergence.reference_path("fsdp", "text", "vllm").read_text())
+    reference = json.loads(grpo_convergence.reference_path("fsdp", "text", rollout="vllm").read_text())
     assert reference["trainer_args"]["rollout"] == "vllm" and reference["model_config"] == vllm_engine.HEAD_DIMS
     assert "--rollout vllm" in reference["made_with"]["command"]
     assert reference["made_with"]["engine"]["name"].startswith("vllm")
