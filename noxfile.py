@@ -152,7 +152,8 @@ def tests_vllm(session: nox.Session) -> None:
     _install_harness(session)
     tests = session.posargs or ["tests/test_vllm_rollout.py", "tests/test_fully_async_vllm.py",
                                 "tests/test_vllm_checks.py"]
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", *tests, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={JUNIT_DIR / 'tests-vllm.xml'}",
+                *tests, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
 
 
 @nox.session(tags=["all", "lint"])

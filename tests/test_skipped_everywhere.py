@@ -50,3 +50,14 @@ def test_a_missing_report_is_an_error_not_a_pass(tmp_path):
 
 def test_the_real_allow_list_is_well_formed():
     assert all(reason for _, reason in script.allow_list(script.DEFAULT_ALLOW))
+
+
+def test_a_module_skipped_at_collection_counts_as_run_where_its_tests_ran(tmp_path, capsys):
+    """pytest reports a module skipped at import as one entry named after the module; its tests, run in
+    another environment, are named module.test. Seen in CI: the browser tests skip in tests-affected."""
+    newest = _junit(tmp_path / "tests.xml", {"tests.test_browser.test_marks": None})
+    affected = _junit(tmp_path / "tests-affected.xml", {"tests.test_browser": "no playwright",
+                                                        "tests.test_gpu": "no GPU"})
+    assert script.main([str(newest), str(affected), "--allow", str(tmp_path / "none.toml")]) == 1
+    err = capsys.readouterr().err
+    assert "tests.test_gpu (" in err and "test_browser" not in err

@@ -20,6 +20,7 @@ SKIP where megatron-core or Qwen3.5 is not installed.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.metadata
 import importlib.util
 import json
@@ -59,8 +60,17 @@ def _launch(job: str, options: CheckOptions, work: Path, broken: str | None) -> 
                                                   "--nproc-per-node", str(ranks)]
     log = open(work / f"{job}.log", "w", encoding="utf-8")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    # Its own session, so a timeout kills torchrun's ranks too, not only the launcher (they outlived it).
-    return subprocess.Popen(prefix + worker, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    # Its own session, so a timeout kills torchrun's ranks too, not only the launcher (they outlived it);
+    # and SIGTERM when this check dies (the runner's timeout), on which torchrun stops its ranks.
+    return subprocess.Popen(prefix + worker, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                            preexec_fn=_terminated_with_this_check)
+
+
+def _terminated_with_this_check() -> None:
+    """preexec_fn: SIGTERM when the check's process dies (prctl PR_SET_PDEATHSIG = 1), on which torchrun
+    stops its ranks; the harness's own helper (envs.lifetime) sends SIGKILL, which torchrun cannot pass on."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def _kill_group(process: subprocess.Popen) -> None:
