@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--env-root", type=Path, default=Path(os.environ.get("HARNESS_ENV_ROOT", ".harness/envs")))
     run.add_argument("--jobs", type=int, default=1)
     run.add_argument("--redo", action="store_true", help="run finished cells again")
+    run.add_argument("--no-reuse", action="store_true",
+                     help="run every check, even where another cell's result was made with the same loaded versions")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--steps", type=int, default=None)
     run.add_argument("--timeout", type=float, default=None, help="seconds per check (default: the matrix's)")
@@ -215,7 +217,7 @@ def cmd_run(args) -> int:
     out = args.out or Path("reports") / m.name
     opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=args.jobs, redo=args.redo,
                       checks=tuple(args.checks or ()), seed=args.seed, steps=args.steps, timeout=args.timeout,
-                      retries=args.retries)
+                      retries=args.retries, reuse=not args.no_reuse)
     with nullcontext() if args.under_host_lock else results_lock(out):  # one run per directory (execution/lock.py)
         print(f"matrix {m.name}: {len(cells)} cells, checks {', '.join(opts.checks or m.checks)} -> {out}",
               file=sys.stderr)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.errors import EnvironmentMissing
 
-from . import pipconfig
+from . import importrecord, pipconfig
 from .lifetime import die_with_parent
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
@@ -132,10 +132,29 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
             if fresh and remove:
                 _run_logged([uv, "pip", "uninstall", "--python", str(env.python), *remove], log, uv_env)
             marker.write_text(json.dumps(wanted))
+            install_import_recorder(env)
         except (SetupFailed, OSError, ValueError) as exc:
             log.flush()
             raise SetupFailed(f"{exc}: {tail(log_path)}") from exc
     return env
+
+
+def site_packages(env: CellEnv) -> list[Path]:
+    """The environment's site-packages directories (one on Linux and macOS)."""
+    return sorted(env.path.glob("lib/python*/site-packages")) + sorted(env.path.glob("Lib/site-packages"))
+
+
+def install_import_recorder(env: CellEnv) -> None:
+    """Put importrecord.py into the environment with a .pth line that starts it only when a check's
+    process has HARNESS_IMPORT_RECORD set (every other use of the environment pays one dict lookup)."""
+    source = Path(importrecord.__file__).read_text(encoding="utf-8")
+    line = (f"import os; os.environ.get({importrecord.VARIABLE!r}) and "
+            f"__import__({importrecord.INSTALLED_AS!r})\n")
+    for directory in site_packages(env):
+        for path, text in ((directory / f"{importrecord.INSTALLED_AS}.py", source),
+                           (directory / f"{importrecord.INSTALLED_AS}.pth", line)):
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                path.write_text(text, encoding="utf-8")
 
 
 def build_from_lock(name: str, lock: Path, env_root: Path, log_path: Path, python: str | None = None) -> CellEnv:

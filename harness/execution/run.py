@@ -11,7 +11,7 @@ import os
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness import checks
@@ -35,8 +35,9 @@ from harness.results.records import (
 )
 from trainers import determinism
 
-from . import runner
+from . import loaded, runner
 from .progress import Progress
+from .reuse import CellReuse, ReuseIndex, context, harness_revision
 
 # uv's words when the pins cannot be installed together: a finding about the stack, not infra.
 UNRESOLVABLE = ("No solution found", "unsatisfiable")
@@ -55,6 +56,8 @@ class RunOptions:
     retries: int = 2  # extra tries for infra failures (setup) and crashes; each try's reason is kept
     progress: Progress | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    reuse: bool = True  # reuse a result of another cell that loaded exactly this cell's versions (reuse.py)
+    reuse_index: ReuseIndex | None = field(default=None, repr=False, compare=False)  # shared by a run's cells
 
 
 def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
@@ -171,8 +174,37 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     else:
         result.lock = str(rel / "lock.txt")
         result.environment = _capture(env, opts)
-        result.checks = combine_checks(wanted, kept, lambda name: _one_check(name, cell, matrix, env, opts, rel))
+        cell_reuse = _cell_reuse(cell, env, opts, result.environment)
+        result.checks = combine_checks(wanted, kept, lambda name: _reused_or_run(
+            name, cell, cell_reuse, lambda run_opts: _one_check(name, cell, matrix, env, run_opts, rel), opts))
     return _finish(result, cell, opts, start)
+
+
+def _cell_reuse(cell: Cell, env: cellenv.CellEnv, opts: RunOptions, capture: dict) -> CellReuse | None:
+    """Reuse across cells for this cell (None with --no-reuse): its lock, modules and check contexts."""
+    if not opts.reuse:
+        return None
+    index = opts.reuse_index or ReuseIndex(opts.out_dir, from_disk=not opts.redo)
+    lock = (opts.out_dir / "cells" / cell.id / "lock.txt").read_text(encoding="utf-8")
+    environ = env.run_env(check_environment(cell, opts))
+    modules = loaded.EnvironmentModules(cellenv.site_packages(env), lock, loaded.search_path(environ["PYTHONPATH"]))
+    argv, revision = _check_args(cell, opts), harness_revision()
+    return CellReuse(index, cell.id, modules, lambda name: context(name, argv, environ, capture, revision))
+
+
+def _reused_or_run(name: str, cell: Cell, cell_reuse: CellReuse | None, run, opts: RunOptions) -> CheckResult:
+    """A result reused from another cell, with this cell's known failures; else `run(opts)` with its
+    imports recorded, so that later cells may reuse it."""
+    if cell_reuse is None:
+        return run(opts)
+    found = cell_reuse.find(name)
+    if found is not None:
+        found = apply_known_failures(found, cell)
+        found.failure_class = classify(found.original_status or found.status)
+        return found
+    with cell_reuse.recording() as (directory, variables):
+        result = run(replace(opts, extra_env={**opts.extra_env, **variables}))
+        return cell_reuse.stamp(name, result, directory)
 
 
 def _finish(result: CellResult, cell: Cell, opts: RunOptions, start: float) -> CellResult:
@@ -227,6 +259,8 @@ def _capture(env: cellenv.CellEnv, opts: RunOptions) -> dict:
 
 def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[CellResult]:
     write_run_info(matrix, opts)
+    if opts.reuse and opts.reuse_index is None:  # one index for the run: a cell reuses what finished before it
+        opts = replace(opts, reuse_index=ReuseIndex(opts.out_dir, from_disk=not opts.redo))
     if any(container.wanted(cell) for cell in cells):
         container.sdk()  # a missing docker SDK stops the run (exit 3) before any cell, not halfway
     progress = opts.progress or Progress(len(cells))

@@ -118,6 +118,8 @@ def _entry_json(column: int, entry) -> dict[str, Any]:
         data["flaky"] = True
     if entry.attempts:
         data["attempts"] = entry.attempts
+    if entry.reused:
+        data["reused_from"] = entry.reused[0]
     return data
 
 
@@ -125,8 +127,8 @@ def to_json(report: Report) -> dict[str, Any]:
     """Everything in the table, JSON-serialisable, tagged with REPORT_SCHEMA_VERSION.
 
     Each row's entries carry column (an index into columns), cell_id, status, message, duration, log and
-    lock (null when absent or unsafe); verdicts, rejected_links, known_failure, original_status, emulated
-    and plot appear only when set.
+    lock (null when absent or unsafe); verdicts, rejected_links, known_failure, original_status, emulated,
+    plot and reused_from (the cell a reused result came from) appear only when set.
     """
     with gc_paused():
         return _to_json(report)

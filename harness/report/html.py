@@ -72,6 +72,9 @@ def _entry(entry: Entry, plot_id: str | None, esc: Escaper) -> str:
         html += f' <a href="{href(entry.lock)}">lock</a>'
     if plot_id:
         html += f' <a href="#{plot_id}">plot</a>'
+    if entry.reused:
+        source, link = entry.reused
+        html += f' <a href="{href(link)}">reused from {esc[source]}</a>' if link else f" reused from {esc[source]}"
     for text in entry.rejected_links:
         html += f' <span class="bad">unsafe link not shown as a link: {esc[text]}</span>'
     if entry.verdicts:

@@ -55,6 +55,9 @@ def entry_text(entry: Entry, emulated_mark: str = EMULATED_MARK) -> str:
     if entry.original_status is not None and entry.original_status != entry.status:
         parts.append(f"(was {entry.original_status.value})")
     links = [_link(kind, path) for kind, path in (("log", entry.log), ("lock", entry.lock)) if path]
+    if entry.reused:
+        label = f"reused from {md_text(entry.reused[0])}"
+        links.append(_link(label, entry.reused[1]) if entry.reused[1] else label)
     links += [f"unsafe link not shown as a link: {md_text(text)}" for text in entry.rejected_links]
     parts += links
     if entry.verdicts:

@@ -159,6 +159,12 @@ class Entry:
     attempts: int = 0  # earlier tries
     change: str | None = None  # against a previous run: new failure, fixed, still failing, unchanged
     repro: str = ""  # the command that rebuilds the cell and reruns this check
+    reused: tuple[str, str | None] | None = None  # (cell, link to its result file): the result came from there
+
+
+def reused_mark(cell_id: str) -> tuple[str, str | None]:
+    """The cell a reused result came from, and a safe link to that cell's result file."""
+    return clean_text(cell_id, 200), safe_link(f"cells/{cell_id}.json")
 
 
 def entry_extras(entry: Entry) -> list[str]:
@@ -285,6 +291,7 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
         plot.convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None,
         clean_text(check.failure_class, 20) if check.failure_class else None, bool(check.flaky),
         len(check.attempts), None, repro_command(cell_id, column.check) if needs_repro else "",
+        reused_mark(check.reused_from) if check.reused_from else None,
     )
 
 

@@ -97,6 +97,13 @@ class CheckResult:
     failure_class: str | None = None  # test | infra | timeout | crash, for every non-pass outcome
     attempts: list[dict[str, Any]] = field(default_factory=list)  # earlier tries: status and reason
     flaky: bool = False  # failed, then passed on a retry: never shown as a plain pass
+    # Reuse (harness/execution/reuse.py): what the check's processes imported, as top-level module ->
+    # provider (stdlib, distribution==version, file hash or absent), the distributions among them, the
+    # fingerprint a cell must match to reuse this result, and the cell that ran it when reused.
+    modules: dict[str, str] = field(default_factory=dict)
+    loaded: dict[str, str] = field(default_factory=dict)
+    fingerprint: str = ""
+    reused_from: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -121,6 +128,10 @@ class CheckResult:
             failure_class=data.get("failure_class"),
             attempts=list(data.get("attempts") or []),
             flaky=bool(data.get("flaky", False)),
+            modules={str(k): str(v) for k, v in (data.get("modules") or {}).items()},
+            loaded={str(k): str(v) for k, v in (data.get("loaded") or {}).items()},
+            fingerprint=str(data.get("fingerprint") or ""),
+            reused_from=data.get("reused_from"),
         )
 
 

@@ -1,0 +1,153 @@
+"""What a check loaded: the import records its processes left (harness/envs/importrecord.py), and what
+provided each top-level module in a cell's environment.
+
+A module's provider is what decides its code: `stdlib` (the Python version decides it), the
+distributions that install it (`name==version` from the cell's lock), the content hash of a file or
+package found on the search path outside the environment, or `absent` (the check asked for it and it
+was not there; a cell where it is present is a different stack). The project's own packages are not
+listed: the harness revision covers them.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import itertools
+import os
+import re
+import sys
+import uuid
+from pathlib import Path
+
+from harness.envs.importrecord import HEADER, INCOMPLETE, INSTALLED_AS
+
+PROJECT_PACKAGES = frozenset({"harness", "trainers"})
+NOT_MODULES = frozenset({"__main__", "__mp_main__", INSTALLED_AS})
+MAX_HASHED_FILES = 5000  # a bigger tree on the search path is not hashed, and so never matches
+
+
+def read_record(directory: Path) -> set[str] | None:
+    """Every top-level name the processes recorded in `directory`; None when the record cannot be
+    trusted whole (no file, a file without its header, a cut line, a process that could not record)."""
+    names: set[str] = set()
+    files = sorted(Path(directory).glob("*.imports"))
+    if not files:
+        return None
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        lines = text.split("\n")
+        if lines[0] != HEADER or lines[-1] != "" or any(line.startswith(INCOMPLETE) for line in lines):
+            return None
+        names.update(line for line in lines[1:] if line)
+    return names - NOT_MODULES - PROJECT_PACKAGES
+
+
+def normalize(name: str) -> str:
+    """A distribution name as the package index compares it (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_lock(text: str) -> dict[str, str]:
+    """`uv pip freeze` output: distribution -> version (or the direct reference of a source build)."""
+    pins = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, _, version = line.partition("==")
+        elif " @ " in line:
+            name, _, version = line.partition(" @ ")
+        else:
+            continue
+        pins[normalize(name.strip())] = version.strip()
+    return pins
+
+
+def _top_level(dist: importlib.metadata.Distribution) -> set[str]:
+    """The top-level names a distribution installs: top_level.txt and its file list together (either
+    alone can miss some)."""
+    names = set((dist.read_text("top_level.txt") or "").split())
+    for file in dist.files or ():
+        parts = file.parts
+        if not parts or parts[0] in ("..", "__pycache__") or parts[0].endswith((".dist-info", ".data", ".egg-info")):
+            continue
+        if len(parts) > 1:
+            names.add(parts[0])
+        elif parts[0].endswith((".py", ".so", ".pyd")):
+            names.add(parts[0].split(".")[0])
+    return {name for name in names if name}
+
+
+def _hash_tree(path: Path) -> str:
+    digest = hashlib.sha256()
+    found = (p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    files = [path] if path.is_file() else sorted(itertools.islice(found, MAX_HASHED_FILES + 1))
+    if len(files) > MAX_HASHED_FILES:
+        return f"unhashed-{uuid.uuid4().hex}"  # too big to hash: never equal to anything
+    for file in files:
+        digest.update(str(file.relative_to(path.parent)).encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _found_in(directory: Path, name: str) -> list[Path]:
+    """What `import name` could find in one directory of the search path (module, package, extension)."""
+    candidates = [directory / name, directory / f"{name}.py"]
+    found = [p for p in candidates if p.exists()]
+    try:
+        found += sorted(directory.glob(f"{name}.*.so"))
+    except OSError:
+        pass
+    return found
+
+
+class EnvironmentModules:
+    """Which distribution, file or nothing provides each top-level module in one cell environment."""
+
+    def __init__(self, site_packages: list[Path], lock_text: str, search_path: list[Path]) -> None:
+        self.site_packages = site_packages
+        self.search_path = search_path  # cwd and PYTHONPATH: they come before site-packages
+        pins = parse_lock(lock_text)
+        self.owners: dict[str, list[str]] = {}
+        for dist in importlib.metadata.distributions(path=[str(p) for p in site_packages]):
+            name = normalize(dist.metadata["Name"] or "")
+            pinned = pins.get(name, f"{dist.version} (not in the lock)")
+            for top in _top_level(dist):
+                self.owners.setdefault(top, []).append(f"{name}=={pinned}")
+        self._cache: dict[str, str] = {}
+
+    def provider(self, name: str) -> str:
+        if name not in self._cache:
+            self._cache[name] = self._provider(name)
+        return self._cache[name]
+
+    def _provider(self, name: str) -> str:
+        parts = ["stdlib"] if name in sys.stdlib_module_names else []
+        for directory in self.search_path:
+            parts += [f"file:{_hash_tree(found)}" for found in _found_in(directory, name)]
+        owners = sorted(set(self.owners.get(name, ())))
+        parts += owners
+        if not owners:  # a file in site-packages that no distribution owns (uv's _virtualenv.py)
+            for directory in self.site_packages:
+                parts += [f"file:{_hash_tree(found)}" for found in _found_in(directory, name)]
+        return "+".join(parts) or "absent"
+
+    def providers(self, names) -> dict[str, str]:
+        return {name: self.provider(name) for name in sorted(names)}
+
+
+def distributions(providers: dict[str, str]) -> dict[str, str]:
+    """distribution -> version of every distribution among the providers (CheckResult.loaded)."""
+    loaded = {}
+    for provider in providers.values():
+        for part in provider.split("+"):
+            name, sep, version = part.partition("==")
+            if sep:
+                loaded[name] = version
+    return dict(sorted(loaded.items()))
+
+
+def search_path(pythonpath: str, cwd: Path | None = None) -> list[Path]:
+    """The directories a check's process searches before site-packages: its working directory and PYTHONPATH."""
+    entries = [cwd or Path.cwd(), *(Path(p) for p in pythonpath.split(os.pathsep) if p)]
+    return list(dict.fromkeys(p.resolve() for p in entries if p.is_dir()))

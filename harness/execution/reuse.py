@@ -1,0 +1,175 @@
+"""Reuse a check's result in another cell when nothing the check depends on differs.
+
+A result's fingerprint hashes its context (the check, its arguments, the environment variables that
+steer the stack, the Python version and platform, the image, and the harness revision: a content
+hash of the code and data the checks run) with the provider of every top-level module its processes
+imported (loaded.py). A later cell computes the fingerprint the same result would have there, from its
+own environment, and reuses the result only on an exact match. Only outcomes the check decided itself
+are reusable; a crash, timeout, infra failure, error or flaky pass runs again.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from harness.envs.cellenv import PROJECT_ROOT
+from harness.envs.importrecord import VARIABLE
+from harness.results.records import CheckResult, Status, cell_path, load_cell
+
+from .loaded import EnvironmentModules, distributions, read_record
+
+REVISION_DIRS = ("harness", "trainers", "plans")  # the checks' code and the data files they read
+# Variables that steer the stack or the harness; others (PWD, SHLVL, a CI run id) would only stop reuse.
+SETTING_PREFIXES = ("HARNESS_", "TORCH", "PYTORCH_", "CUDA", "CUBLAS", "NCCL", "GLOO", "NVIDIA_", "OMP_", "MKL",
+                    "OPENBLAS", "KMP_", "VLLM_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "TRITON", "PYTHON", "LD_",
+                    "ASCEND", "HCCL", "NPU_", "MASTER_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "UV_", "PIP_")
+SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE", re.I)
+REUSABLE = frozenset({Status.PASS, Status.FAIL, Status.AFFECTED, Status.SKIP})
+CAPTURE_KEYS = ("python", "implementation", "platform", "machine", "image_digest")
+
+
+@functools.cache
+def harness_revision(root: Path = PROJECT_ROOT) -> str:
+    """A content hash of the project code and data the checks run: works in a clean clone, a dirty tree
+    and a copy without git. Compiled files and hidden files (editor swap files) do not count."""
+    digest = hashlib.sha256()
+    for top in REVISION_DIRS:
+        for folder, dirs, files in os.walk(root / top):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
+            for name in sorted(f for f in files if not f.startswith(".") and not f.endswith((".pyc", ".pyo"))):
+                path = Path(folder, name)
+                digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def settings(environ: dict[str, str]) -> dict[str, str]:
+    """The variables of a check's environment that go into its fingerprint."""
+    return {key: value for key, value in sorted(environ.items())
+            if key.startswith(SETTING_PREFIXES) and key != VARIABLE and not SECRET.search(key)}
+
+
+def context(check: str, argv: list[str], environ: dict[str, str], capture: dict, revision: str) -> str | None:
+    """The hash of everything but the modules; None when the environment capture lacks the Python or platform."""
+    if any(not capture.get(key) for key in CAPTURE_KEYS[:4]):
+        return None
+    data = {"check": check, "argv": argv, "settings": settings(environ), "revision": revision,
+            **{key: capture.get(key) for key in CAPTURE_KEYS}}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def fingerprint(context_hash: str, providers: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps([context_hash, sorted(providers.items())]).encode()).hexdigest()[:32]
+
+
+def reusable(result: CheckResult) -> bool:
+    """Decided by the check itself (judged by its own status, before known failures), and recorded whole."""
+    own = result.original_status or result.status
+    return (own in REUSABLE and bool(result.fingerprint) and not result.flaky and not result.attempts
+            and result.failure_class != "infra")
+
+
+class ReuseIndex:
+    """Reusable results by check, then by the set of modules they loaded, then by fingerprint.
+
+    Seeded once, lazily, from the result files already in the run's directory (earlier runs), and fed
+    by this run's checks as they finish; safe to share between threads running cells in parallel.
+    """
+
+    def __init__(self, out_dir: Path, from_disk: bool = True) -> None:
+        self.out_dir, self.from_disk = Path(out_dir), from_disk
+        self._lock = threading.Lock()
+        self._seeded = not from_disk
+        self._entries: dict[str, dict[frozenset[str], dict[str, tuple[str, CheckResult | None]]]] = {}
+
+    def __reduce__(self):  # sent to another process (a Ray worker): it builds its own
+        return ReuseIndex, (self.out_dir, self.from_disk)
+
+    def add(self, cell_id: str, result: CheckResult, keep: bool = True) -> None:
+        if reusable(result):
+            with self._lock:
+                self._add(cell_id, result, keep)
+
+    def _add(self, cell_id: str, result: CheckResult, keep: bool) -> None:
+        shapes = self._entries.setdefault(result.check, {})
+        source = result.reused_from or cell_id
+        kept = CheckResult.from_dict(result.to_dict()) if keep else None  # its cell may still change the original
+        shapes.setdefault(frozenset(result.modules), {})[result.fingerprint] = (source, kept)
+
+    def _seed(self) -> None:
+        for path in sorted((self.out_dir / "cells").glob("*.json")):
+            try:
+                cell = load_cell(path)
+            except ValueError:
+                continue  # unreadable: the report lists it; it is simply not a source
+            for result in cell.checks:
+                if reusable(result):
+                    self._add(cell.cell_id, result, keep=False)
+        self._seeded = True
+
+    def find(self, check: str, context_hash: str, modules: EnvironmentModules) -> CheckResult | None:
+        """A result this cell may reuse for `check`, marked with the cell that produced it."""
+        with self._lock:
+            if not self._seeded:
+                self._seed()
+            shapes = list(self._entries.get(check, {}).items())
+        for names, by_fingerprint in shapes:
+            wanted = fingerprint(context_hash, modules.providers(names))
+            if wanted in by_fingerprint:
+                found = self._load(check, wanted, *by_fingerprint[wanted])
+                if found is not None:
+                    return found
+        return None
+
+    def _load(self, check: str, wanted: str, source: str, kept: CheckResult | None) -> CheckResult | None:
+        """A fresh copy of the source result, checked again (its file may have changed since it was indexed)."""
+        if kept is None:
+            try:
+                kept = load_cell(cell_path(self.out_dir, source)).check(check)
+            except ValueError:
+                return None
+        if kept is None or kept.fingerprint != wanted or not reusable(kept):
+            return None
+        copy = CheckResult.from_dict(kept.to_dict())
+        copy.reused_from = copy.reused_from or source
+        return copy
+
+
+class CellReuse:
+    """Reuse for one cell whose environment is built: look results up, and stamp the ones it runs."""
+
+    def __init__(self, index: ReuseIndex, cell_id: str, modules: EnvironmentModules, contexts) -> None:
+        self.index, self.cell_id, self.modules = index, cell_id, modules
+        self.contexts = contexts  # check name -> context hash, or None where it cannot be known
+
+    def find(self, check: str) -> CheckResult | None:
+        context_hash = self.contexts(check)
+        return None if context_hash is None else self.index.find(check, context_hash, self.modules)
+
+    @contextmanager
+    def recording(self):
+        """A directory for the check's import records, and the variable that points its processes at it."""
+        directory = tempfile.mkdtemp(prefix="harness-imports-")
+        try:
+            yield Path(directory), {VARIABLE: directory}
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def stamp(self, check: str, result: CheckResult, directory: Path) -> CheckResult:
+        """Record what the check loaded and its fingerprint; an unreadable record leaves it unreusable."""
+        names = read_record(directory)
+        context_hash = self.contexts(check)
+        if names is None or context_hash is None:
+            return result
+        providers = self.modules.providers(names)
+        result.modules, result.loaded = providers, distributions(providers)
+        result.fingerprint = fingerprint(context_hash, providers)
+        self.index.add(self.cell_id, result)
+        return result

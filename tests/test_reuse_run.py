@@ -1,0 +1,62 @@
+"""A real run of two cells that differ only in mbridge's version: the check that imports nothing of it is
+reused from the first cell, with a link in the report; the checks that import mbridge, in their own process
+or in a child process, run again; --no-reuse runs everything."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = """\
+[matrix]
+name = "reuse"
+checks = ["plain", "imports", "child"]
+
+[axes]
+backend = ["fsdp"]
+model = ["text"]
+device = ["cpu"]
+mbridge = ["0.13.0", "0.15.1"]
+"""
+FIRST, SECOND = "fsdp-text-mbridge0.13.0", "fsdp-text-mbridge0.15.1"
+pytestmark = pytest.mark.slow
+
+
+def _run(tmp_path: Path, env: dict, *extra: str) -> dict[str, dict[str, dict]]:
+    (tmp_path / "m.toml").write_text(MATRIX)
+    done = subprocess.run([sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out",
+                           str(tmp_path / "out"), "--env-root", str(tmp_path / "envs"), "--no-index-check", *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    cells = {}
+    for cell in (FIRST, SECOND):
+        data = json.loads((tmp_path / "out" / "cells" / f"{cell}.json").read_text())
+        cells[cell] = {check["check"]: check for check in data["checks"]}
+    return cells
+
+
+def test_a_check_that_does_not_load_the_differing_distribution_is_reused_and_one_that_does_is_rerun(
+        tmp_path, project_env):
+    env = {**project_env, "HARNESS_EXTRA_CHECKS": "plain=reuse_plain,imports=reuse_imports,child=reuse_child"}
+    cells = _run(tmp_path, env)
+    first, second = cells[FIRST], cells[SECOND]
+    assert all(check["status"] == "pass" and check["fingerprint"] for check in [*first.values(), *second.values()])
+    assert "mbridge" not in first["plain"]["loaded"]
+    assert second["plain"]["reused_from"] == FIRST
+    assert second["plain"]["metrics"]["pid"] == first["plain"]["metrics"]["pid"]  # the same run's result
+    assert second["plain"]["log"] == first["plain"]["log"]  # its evidence is the first cell's log
+    for name in ("imports", "child"):  # mbridge looked up in the check's process, then in a child process
+        assert first[name]["loaded"]["mbridge"] == "0.13.0" and second[name]["loaded"]["mbridge"] == "0.15.1"
+        assert second[name]["reused_from"] is None
+        assert second[name]["metrics"]["pid"] != first[name]["metrics"]["pid"]
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert f'<a href="cells/{FIRST}.json">reused from {FIRST}</a>' in html
+    assert f"reused from {FIRST}" in (tmp_path / "out" / "report.md").read_text()
+
+    again = _run(tmp_path, env, "--redo", "--no-reuse", "--no-report")
+    assert all(check["reused_from"] is None for cell in again.values() for check in cell.values())
+    assert again[SECOND]["plain"]["metrics"]["pid"] != again[FIRST]["plain"]["metrics"]["pid"]
