@@ -61,7 +61,7 @@ def _ran(tmp_path: Path, status: Status = Status.PASS, **fields) -> tuple[reuse.
 def test_the_same_versions_code_options_and_python_reuse_the_result_marked_with_its_cell(tmp_path):
     index, ran = _ran(tmp_path)
     assert ran.loaded == {"numpy": "2.3.0"}  # read from the record, versions from the lock
-    assert ran.modules["optional_thing"] == "absent" and ran.modules["json"] == "stdlib"
+    assert ran.modules == {"absent": "optional_thing", "numpy==2.3.0": "numpy", "stdlib": "json"}
     found = _cell(index, "b", _modules(tmp_path / "b")).find("probe")
     assert found is not None and found.reused_from == "a" and found.fingerprint == ran.fingerprint
     # A distribution the check did not load may differ: mbridge is not in its record.
@@ -188,3 +188,34 @@ def test_the_harness_revision_follows_code_and_data_not_compiled_or_hidden_files
         changed = reuse.harness_revision.__wrapped__(tmp_path)
         assert changed != first
         first = changed
+
+
+def test_a_reused_result_takes_the_known_failures_of_the_cell_that_reuses_it(tmp_path, resources):
+    from harness import matrix
+    from harness.execution.run import RunOptions, _reused_or_run
+
+    cells = {cell.axes["model"]: cell for cell in matrix.load(resources / "matrices" / "reuse_known.toml").cells}
+    index = reuse.ReuseIndex(tmp_path / "out", from_disk=False)
+    opts = RunOptions(out_dir=tmp_path / "out")
+    seen = {}
+
+    def run(run_opts):  # cell `text` runs the check; its processes are recorded where the variable says
+        seen.update(run_opts.extra_env)
+        _record(Path(run_opts.extra_env["HARNESS_IMPORT_RECORD"]))
+        return CheckResult("nested-chunking", Status.FAIL, "found a problem", failure_class="test")
+
+    ran = _reused_or_run("nested-chunking", cells["text"], _cell(index, "text", _modules(tmp_path / "a")), run, opts)
+    assert ran.status is Status.FAIL and ran.fingerprint and "HARNESS_IMPORT_RECORD" in seen
+    assert not Path(seen["HARNESS_IMPORT_RECORD"]).exists()  # the record is read, then removed
+
+    def must_not_run(run_opts):
+        raise AssertionError("a reusable result was run again")
+
+    reused = _reused_or_run("nested-chunking", cells["vl"], _cell(index, "vl", _modules(tmp_path / "b")),
+                            must_not_run, opts)
+    assert reused.reused_from == "text" and reused.status is Status.XFAIL
+    assert reused.original_status is Status.FAIL and reused.known_failure["reason"] == "declared for vl only"
+    # Back in a cell without the declaration, the same result is the plain failure again.
+    again = _reused_or_run("nested-chunking", cells["text"], _cell(index, "text2", _modules(tmp_path / "c")),
+                           must_not_run, opts)
+    assert again.status is Status.FAIL and again.known_failure is None

@@ -66,17 +66,16 @@ def parse_lock(text: str) -> dict[str, str]:
 
 def _top_level(dist: importlib.metadata.Distribution) -> set[str]:
     """The top-level names a distribution installs: top_level.txt and its file list together (either
-    alone can miss some)."""
+    alone can miss some). RECORD is read as text: torch lists some 15,000 files."""
     names = set((dist.read_text("top_level.txt") or "").split())
-    for file in dist.files or ():
-        parts = file.parts
-        if not parts or parts[0] in ("..", "__pycache__") or parts[0].endswith((".dist-info", ".data", ".egg-info")):
-            continue
-        if len(parts) > 1:
-            names.add(parts[0])
-        elif parts[0].endswith((".py", ".so", ".pyd")):
-            names.add(parts[0].split(".")[0])
-    return {name for name in names if name}
+    for line in (dist.read_text("RECORD") or "").splitlines():
+        first = line.partition(",")[0].strip('"').partition("/")
+        if first[1]:
+            names.add(first[0])
+        elif first[0].endswith((".py", ".so", ".pyd")):
+            names.add(first[0].split(".")[0])
+    return {name for name in names if name and name not in ("..", "__pycache__")
+            and not name.endswith((".dist-info", ".data", ".egg-info"))}
 
 
 def _hash_tree(path: Path) -> str:
@@ -90,14 +89,18 @@ def _hash_tree(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _found_in(directory: Path, name: str) -> list[Path]:
-    """What `import name` could find in one directory of the search path (module, package, extension)."""
-    candidates = [directory / name, directory / f"{name}.py"]
-    found = [p for p in candidates if p.exists()]
+def _importable(directory: Path) -> dict[str, list[Path]]:
+    """What `import name` could find in one directory of the search path, by name: a package (or namespace
+    directory), a module or an extension module. Listed once: a check asks for hundreds of names."""
+    found: dict[str, list[Path]] = {}
     try:
-        found += sorted(directory.glob(f"{name}.*.so"))
+        entries = sorted(os.listdir(directory))
     except OSError:
-        pass
+        return found
+    for entry in entries:
+        path = directory / entry
+        if entry.endswith(".py") or entry.endswith((".so", ".pyd")) or (path.is_dir() and "." not in entry):
+            found.setdefault(entry.split(".")[0], []).append(path)
     return found
 
 
@@ -106,7 +109,8 @@ class EnvironmentModules:
 
     def __init__(self, site_packages: list[Path], lock_text: str, search_path: list[Path]) -> None:
         self.site_packages = site_packages
-        self.search_path = search_path  # cwd and PYTHONPATH: they come before site-packages
+        self.search_path = [_importable(p) for p in search_path]  # cwd and PYTHONPATH: before site-packages
+        self.site_files = [_importable(p) for p in site_packages]
         pins = parse_lock(lock_text)
         self.owners: dict[str, list[str]] = {}
         for dist in importlib.metadata.distributions(path=[str(p) for p in site_packages]):
@@ -124,16 +128,30 @@ class EnvironmentModules:
     def _provider(self, name: str) -> str:
         parts = ["stdlib"] if name in sys.stdlib_module_names else []
         for directory in self.search_path:
-            parts += [f"file:{_hash_tree(found)}" for found in _found_in(directory, name)]
+            parts += [f"file:{_hash_tree(found)}" for found in directory.get(name, ())]
         owners = sorted(set(self.owners.get(name, ())))
         parts += owners
         if not owners:  # a file in site-packages that no distribution owns (uv's _virtualenv.py)
-            for directory in self.site_packages:
-                parts += [f"file:{_hash_tree(found)}" for found in _found_in(directory, name)]
+            for directory in self.site_files:
+                parts += [f"file:{_hash_tree(found)}" for found in directory.get(name, ())]
         return "+".join(parts) or "absent"
 
     def providers(self, names) -> dict[str, str]:
         return {name: self.provider(name) for name in sorted(names)}
+
+
+def by_provider(providers: dict[str, str]) -> dict[str, str]:
+    """module -> provider, stored as provider -> space-separated modules (CheckResult.modules): a check
+    imports some 150 stdlib modules, and a line for each would triple the size of a cell file."""
+    grouped: dict[str, list[str]] = {}
+    for name, provider in sorted(providers.items()):
+        grouped.setdefault(provider, []).append(name)
+    return {provider: " ".join(names) for provider, names in sorted(grouped.items())}
+
+
+def module_names(grouped: dict[str, str]) -> frozenset[str]:
+    """The modules of a stored CheckResult.modules."""
+    return frozenset(name for names in grouped.values() for name in names.split())
 
 
 def distributions(providers: dict[str, str]) -> dict[str, str]:

@@ -24,7 +24,7 @@ from harness.envs.cellenv import PROJECT_ROOT
 from harness.envs.importrecord import VARIABLE
 from harness.results.records import CheckResult, Status, cell_path, load_cell
 
-from .loaded import EnvironmentModules, distributions, read_record
+from .loaded import EnvironmentModules, by_provider, distributions, module_names, read_record
 
 REVISION_DIRS = ("harness", "trainers", "plans")  # the checks' code and the data files they read
 # Variables that steer the stack or the harness; others (PWD, SHLVL, a CI run id) would only stop reuse.
@@ -101,7 +101,7 @@ class ReuseIndex:
         shapes = self._entries.setdefault(result.check, {})
         source = result.reused_from or cell_id
         kept = CheckResult.from_dict(result.to_dict()) if keep else None  # its cell may still change the original
-        shapes.setdefault(frozenset(result.modules), {})[result.fingerprint] = (source, kept)
+        shapes.setdefault(module_names(result.modules), {})[result.fingerprint] = (source, kept)
 
     def _seed(self) -> None:
         for path in sorted((self.out_dir / "cells").glob("*.json")):
@@ -169,7 +169,7 @@ class CellReuse:
         if names is None or context_hash is None:
             return result
         providers = self.modules.providers(names)
-        result.modules, result.loaded = providers, distributions(providers)
+        result.modules, result.loaded = by_provider(providers), distributions(providers)
         result.fingerprint = fingerprint(context_hash, providers)
         self.index.add(self.cell_id, result)
         return result

@@ -97,9 +97,10 @@ class CheckResult:
     failure_class: str | None = None  # test | infra | timeout | crash, for every non-pass outcome
     attempts: list[dict[str, Any]] = field(default_factory=list)  # earlier tries: status and reason
     flaky: bool = False  # failed, then passed on a retry: never shown as a plain pass
-    # Reuse (harness/execution/reuse.py): what the check's processes imported, as top-level module ->
-    # provider (stdlib, distribution==version, file hash or absent), the distributions among them, the
-    # fingerprint a cell must match to reuse this result, and the cell that ran it when reused.
+    # Reuse (harness/execution/reuse.py): the top-level modules the check's processes imported, by what
+    # provided them (stdlib, distribution==version, file:hash or absent -> space-separated names), the
+    # distributions among them, the fingerprint a cell must match to reuse this result, and the cell that
+    # ran it when it was reused.
     modules: dict[str, str] = field(default_factory=dict)
     loaded: dict[str, str] = field(default_factory=dict)
     fingerprint: str = ""
