@@ -23,15 +23,18 @@ class _Recorder:
 
     def __init__(self) -> None:
         self.directory = ""
+        self.pid = 0
         self.fd = -1
         self.seen: set[str] = set()
 
     def start(self, directory: str) -> None:
         """(Re)start recording into `directory`: this process's file gets every module already imported."""
+        if (directory, os.getpid()) == (self.directory, self.pid) and self.fd >= 0:
+            return  # already recording there
         if self.fd >= 0:
             os.close(self.fd)
-        self.directory = directory
-        path = os.path.join(directory, f"{os.getpid()}.imports")
+        self.directory, self.pid = directory, os.getpid()
+        path = os.path.join(directory, f"{self.pid}.imports")
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.seen = {name.partition(".")[0] for name in list(sys.modules)}
         self._write([HEADER, *sorted(self.seen)])

@@ -10,6 +10,7 @@ listed: the harness revision covers them.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.metadata
 import itertools
 import os
@@ -18,11 +19,25 @@ import sys
 import uuid
 from pathlib import Path
 
-from harness.envs.importrecord import HEADER, INCOMPLETE, INSTALLED_AS
+from harness.envs.importrecord import HEADER, INCOMPLETE, INSTALLED_AS, VARIABLE
 
 PROJECT_PACKAGES = frozenset({"harness", "trainers"})
 NOT_MODULES = frozenset({"__main__", "__mp_main__", INSTALLED_AS})
 MAX_HASHED_FILES = 5000  # a bigger tree on the search path is not hashed, and so never matches
+
+
+def record_this_process() -> None:
+    """Record this process's imports into the directory HARNESS_IMPORT_RECORD names, if it is not doing so
+    already: a process forked from a cell's fork server was not started through the .pth line. Where the
+    recorder is missing, nothing is recorded, and so the result is not reused."""
+    directory = os.environ.get(VARIABLE)
+    if not directory:
+        return
+    try:
+        recorder = sys.modules.get(INSTALLED_AS) or importlib.import_module(INSTALLED_AS)
+        recorder.start(directory)
+    except (ImportError, OSError):
+        pass
 
 
 def read_record(directory: Path) -> set[str] | None:

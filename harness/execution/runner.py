@@ -20,11 +20,14 @@ from harness.envs.cellenv import tail
 from harness.envs.lifetime import die_with_parent
 from harness.results.records import CheckResult, Status
 
+from .loaded import record_this_process
+
 UNAVAILABLE = "Qwen35Unavailable"
 
 
 def execute(name: str, options: checks.CheckOptions) -> CheckResult:
     """Run check `name` here; never raises for a failure of the check itself."""
+    record_this_process()  # a forked check's imports count for reuse as a fresh interpreter's do
     start = time.perf_counter()
     try:
         result = checks.run_in_process(name, options)
