@@ -102,6 +102,22 @@ def test_variables_that_do_not_steer_the_stack_do_not_stop_reuse_and_secrets_sta
     assert reuse.settings(settings) == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "OMP_NUM_THREADS": "1"}
 
 
+@pytest.mark.parametrize("read, rerun_on", [
+    ("dist:MBridge", "mbridge==0.15.1"),  # its version read, the module never imported; any spelling of the name
+    ("dist:*", "six==1.0"),  # every distribution listed: any change in the lock counts
+    ("pkg_resources", "six==1.0"),  # lists them all without asking importlib.metadata
+])
+def test_a_distribution_whose_metadata_was_read_counts_as_loaded(tmp_path, read, rerun_on):
+    index = reuse.ReuseIndex(tmp_path / "out", from_disk=False)
+    ran = _cell(index, "a", _modules(tmp_path / "a")).stamp(
+        "probe", CheckResult("probe", Status.PASS), _record(tmp_path / "rec", LOADED | {read}))
+    assert read != "dist:MBridge" or ran.loaded["mbridge"] == "0.13.0"
+    assert _cell(index, "b", _modules(tmp_path / "b")).find("probe") is not None
+    name = rerun_on.split("==")[0]
+    lock = "".join(line + "\n" for line in LOCK.split() if not line.startswith(name)) + rerun_on + "\n"
+    assert _cell(index, "c", _modules(tmp_path / "c", lock)).find("probe") is None
+
+
 def test_a_module_on_the_search_path_counts_by_its_content(tmp_path):
     search = tmp_path / "path"
     search.mkdir()

@@ -24,6 +24,13 @@ if sys.argv[1] == "fork":
         import csv
         os._exit(0)
     os.waitpid(pid, 0)
+elif sys.argv[1] == "metadata":
+    import importlib.metadata
+    try:
+        importlib.metadata.version("no-such-dist")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    importlib.metadata.packages_distributions()
 elif sys.argv[1] == "killed":
     import decimal
     os.kill(os.getpid(), signal.SIGKILL)
@@ -64,6 +71,11 @@ def test_a_forked_child_records_into_its_own_file(tmp_path):
     assert _run(tmp_path, "fork").returncode == 0
     assert len(list((tmp_path / "rec").glob("*.imports"))) == 2
     assert "csv" in read_record(tmp_path / "rec")
+
+
+def test_a_process_that_reads_distribution_metadata_records_which(tmp_path):
+    assert _run(tmp_path, "metadata").returncode == 0
+    assert {"dist:no-such-dist", "dist:*"} <= read_record(tmp_path / "rec")
 
 
 def test_a_process_killed_by_a_signal_leaves_what_it_had_imported(tmp_path):

@@ -1,4 +1,5 @@
-"""Record the top-level modules a process imports, one name a line, into a file per process.
+"""Record the top-level modules a process imports, and the distributions whose metadata it reads, one name a
+line, into a file per process.
 
 Copied into every cell environment as `_harness_import_record` with a `.pth` line that imports it only
 when HARNESS_IMPORT_RECORD names a directory, so every Python process of a check (its torchrun ranks,
@@ -15,6 +16,7 @@ import sys
 VARIABLE = "HARNESS_IMPORT_RECORD"
 HEADER = "# harness import record 1"
 INCOMPLETE = "!incomplete"  # a line that makes the whole record untrusted
+DIST_PREFIX = "dist:"  # a metadata lookup, not an import
 INSTALLED_AS = "_harness_import_record"  # its name in a cell environment
 
 
@@ -51,6 +53,16 @@ class _Recorder:
             self.seen.add(top)
             self._write([top])
         return None
+
+    def find_distributions(self, context=None):
+        """importlib.metadata asks every finder: a check that reads a distribution's metadata (its version,
+        say) depends on it even without importing it. `dist:*` stands for a listing of them all."""
+        name = getattr(context, "name", None)
+        key = DIST_PREFIX + (" ".join(str(name).split()) if name else "*")
+        if key not in self.seen:
+            self.seen.add(key)
+            self._write([key])
+        return iter(())
 
     def after_fork(self) -> None:
         if self.directory:

@@ -5,7 +5,9 @@ A module's provider is what decides its code: `stdlib` (the Python version decid
 distributions that install it (`name==version` from the cell's lock), the content hash of a file or
 package found on the search path outside the environment, or `absent` (the check asked for it and it
 was not there; a cell where it is present is a different stack). The project's own packages are not
-listed: the harness revision covers them.
+listed: the harness revision covers them. A distribution whose metadata a process read (`dist:NAME`) is
+provided by its version, or `absent`; `dist:*` (every distribution listed, as packages_distributions
+and pkg_resources do) by the whole lock.
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ import sys
 import uuid
 from pathlib import Path
 
-from harness.envs.importrecord import HEADER, INCOMPLETE, INSTALLED_AS, VARIABLE
+from harness.envs.importrecord import DIST_PREFIX, HEADER, INCOMPLETE, INSTALLED_AS, VARIABLE
 
 PROJECT_PACKAGES = frozenset({"harness", "trainers"})
 NOT_MODULES = frozenset({"__main__", "__mp_main__", INSTALLED_AS})
+ALL_DISTRIBUTIONS = f"{DIST_PREFIX}*"
 MAX_HASHED_FILES = 5000  # a bigger tree on the search path is not hashed, and so never matches
 
 
@@ -56,6 +59,8 @@ def read_record(directory: Path) -> set[str] | None:
         if lines[0] != HEADER or lines[-1] != "" or any(line.startswith(INCOMPLETE) for line in lines):
             return None
         names.update(line for line in lines[1:] if line)
+    if "pkg_resources" in names:  # it reads every distribution's metadata without asking importlib.metadata
+        names.add(ALL_DISTRIBUTIONS)
     return names - NOT_MODULES - PROJECT_PACKAGES
 
 
@@ -128,11 +133,12 @@ class EnvironmentModules:
         self.site_files = [_importable(p) for p in site_packages]
         pins = parse_lock(lock_text)
         self.owners: dict[str, list[str]] = {}
+        self.installed: dict[str, str] = {}  # distribution -> "name==version"
         for dist in importlib.metadata.distributions(path=[str(p) for p in site_packages]):
             name = normalize(dist.metadata["Name"] or "")
-            pinned = pins.get(name, f"{dist.version} (not in the lock)")
+            self.installed[name] = f"{name}=={pins.get(name, f'{dist.version} (not in the lock)')}"
             for top in _top_level(dist):
-                self.owners.setdefault(top, []).append(f"{name}=={pinned}")
+                self.owners.setdefault(top, []).append(self.installed[name])
         self._cache: dict[str, str] = {}
 
     def provider(self, name: str) -> str:
@@ -141,6 +147,11 @@ class EnvironmentModules:
         return self._cache[name]
 
     def _provider(self, name: str) -> str:
+        if name == ALL_DISTRIBUTIONS:
+            listing = "\n".join(sorted(self.installed.values())).encode()
+            return f"lock:{hashlib.sha256(listing).hexdigest()[:16]}"
+        if name.startswith(DIST_PREFIX):
+            return self.installed.get(normalize(name[len(DIST_PREFIX):]), "absent")
         parts = ["stdlib"] if name in sys.stdlib_module_names else []
         for directory in self.search_path:
             parts += [f"file:{_hash_tree(found)}" for found in directory.get(name, ())]
