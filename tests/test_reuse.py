@@ -71,7 +71,7 @@ def test_the_same_versions_code_options_and_python_reuse_the_result_marked_with_
 
 @pytest.mark.parametrize("change", [
     "a loaded distribution's version", "a distribution now provides an absent module", "the harness code",
-    "the arguments", "a stack setting", "the Python version", "the platform", "another check"])
+    "the arguments", "a stack setting", "the Python version", "the platform", "the device", "another check"])
 def test_any_difference_in_what_the_check_depends_on_reruns_it(tmp_path, change):
     index, _ = _ran(tmp_path)
     lock, argv, settings, capture, revision, check = LOCK, ARGV, SETTINGS, CAPTURE, "rev1", "probe"
@@ -89,10 +89,21 @@ def test_any_difference_in_what_the_check_depends_on_reruns_it(tmp_path, change)
         capture = {**CAPTURE, "python": "3.12.1"}
     elif change == "the platform":
         capture = {**CAPTURE, "machine": "aarch64"}
+    elif change == "the device":
+        capture = {**CAPTURE, "devices": ["NVIDIA H100"]}
     else:
         check = "other"
     cell = _cell(index, "b", _modules(tmp_path / "b", lock), argv, settings, capture, revision)
     assert cell.find(check) is None
+
+
+def test_without_the_python_in_the_environment_capture_nothing_is_reused_or_made_reusable(tmp_path):
+    index, _ = _ran(tmp_path)
+    broken = {"error": "environment capture failed"}
+    assert _cell(index, "b", _modules(tmp_path / "b"), capture=broken).find("probe") is None
+    result = _cell(index, "b", _modules(tmp_path / "b"), capture=broken).stamp(
+        "probe", CheckResult("probe", Status.PASS), _record(tmp_path / "rec2"))
+    assert not reuse.reusable(result)
 
 
 def test_variables_that_do_not_steer_the_stack_do_not_stop_reuse_and_secrets_stay_out(tmp_path):

@@ -30,10 +30,13 @@ REVISION_DIRS = ("harness", "trainers", "plans")  # the checks' code and the dat
 # Variables that steer the stack or the harness; others (PWD, SHLVL, a CI run id) would only stop reuse.
 SETTING_PREFIXES = ("HARNESS_", "TORCH", "PYTORCH_", "CUDA", "CUBLAS", "NCCL", "GLOO", "NVIDIA_", "OMP_", "MKL",
                     "OPENBLAS", "KMP_", "VLLM_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "TRITON", "PYTHON", "LD_",
-                    "ASCEND", "HCCL", "NPU_", "MASTER_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "UV_", "PIP_")
+                    "ASCEND", "HCCL", "NPU_", "MASTER_", "WORLD_SIZE", "RANK", "LOCAL_RANK")
 SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE", re.I)
 REUSABLE = frozenset({Status.PASS, Status.FAIL, Status.AFFECTED, Status.SKIP})
-CAPTURE_KEYS = ("python", "implementation", "platform", "machine", "image_digest")
+# From the cell's environment capture: the first four must be there; the machine's processor and devices
+# count too (kernels, and so numbers, differ between them), as does the image.
+CAPTURE_KEYS = ("python", "implementation", "platform", "machine", "os", "cpu", "devices", "driver", "cann", "image",
+                "image_digest")
 
 
 @functools.cache
