@@ -185,10 +185,15 @@ def _cell_reuse(cell: Cell, env: cellenv.CellEnv, opts: RunOptions, capture: dic
     if not opts.reuse:
         return None
     index = opts.reuse_index or ReuseIndex(opts.out_dir, from_disk=not opts.redo)
-    lock = (opts.out_dir / "cells" / cell.id / "lock.txt").read_text(encoding="utf-8")
     environ = env.run_env(check_environment(cell, opts))
-    modules = loaded.EnvironmentModules(cellenv.site_packages(env), lock, loaded.search_path(environ["PYTHONPATH"]))
-    argv, revision = _check_args(cell, opts), harness_revision()
+    try:
+        lock = (opts.out_dir / "cells" / cell.id / "lock.txt").read_text(encoding="utf-8")
+        modules = loaded.EnvironmentModules(cellenv.site_packages(env), lock,
+                                            loaded.search_path(environ["PYTHONPATH"]))
+        revision = harness_revision()
+    except (OSError, ValueError):  # unreadable metadata or project files: this cell neither reuses nor is reused
+        return None
+    argv = _check_args(cell, opts)
     return CellReuse(index, cell.id, modules, lambda name: context(name, argv, environ, capture, revision))
 
 
