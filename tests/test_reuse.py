@@ -246,3 +246,16 @@ def test_a_reused_result_takes_the_known_failures_of_the_cell_that_reuses_it(tmp
     again = _reused_or_run("nested-chunking", cells["text"], _cell(index, "text2", _modules(tmp_path / "c")),
                            must_not_run, opts)
     assert again.status is Status.FAIL and again.known_failure is None
+
+
+@pytest.mark.parametrize("reuse_on", [True, False])
+def test_a_cell_run_in_its_container_image_gets_no_reuse_when_the_host_run_has_none(tmp_path, reuse_on):
+    pytest.importorskip("docker")
+    from harness import matrix
+    from harness.envs import container
+    from harness.execution.run import RunOptions
+
+    m = matrix.load(Path(__file__).parent / "resources" / "matrices" / "container.toml")
+    opts = RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", reuse=reuse_on)
+    args = container.run_args(m.cells[0], m, opts, container.Image("img", "sha256:" + "1" * 64), environ={})
+    assert ("--no-reuse" in args["command"]) is not reuse_on

@@ -182,7 +182,7 @@ def run_args(cell, matrix, opts, image: Image, environ: dict[str, str] | None = 
     command += ["--timeout", str(opts.timeout)] if opts.timeout else []
     command += ["--checks", *opts.checks] if opts.checks else []
     command += ["--redo"] if opts.redo else []
-    command += [] if getattr(opts, "reuse", True) else ["--no-reuse"]
+    command += [] if opts.reuse else ["--no-reuse"]
     uid, gid = os.getuid(), os.getgid()
     return {"command": command, "name": f"harness-{tag}-{cell.id}", "labels": {"qwen35-harness.cell": cell.id},
             "mounts": mounts, "environment": env, "working_dir": OUT, "user": f"{uid}:{gid}",

@@ -35,8 +35,8 @@ SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_?K
 REUSABLE = frozenset({Status.PASS, Status.FAIL, Status.AFFECTED, Status.SKIP})
 # From the cell's environment capture: the first four must be there; the machine's processor and devices
 # count too (kernels, and so numbers, differ between them), as does the image.
-CAPTURE_KEYS = ("python", "implementation", "platform", "machine", "os", "cpu", "devices", "driver", "cann", "image",
-                "image_digest")
+CAPTURE_KEYS = ("python", "implementation", "platform", "machine", "os", "cpu", "cpu_count", "devices", "driver",
+                "cann", "image", "image_digest")
 
 
 @functools.cache
