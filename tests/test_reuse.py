@@ -129,6 +129,18 @@ def test_a_distribution_whose_metadata_was_read_counts_as_loaded(tmp_path, read,
     assert _cell(index, "c", _modules(tmp_path / "c", lock)).find("probe") is None
 
 
+def test_a_file_a_setting_names_counts_by_its_content(tmp_path):
+    plan = tmp_path / "plan.toml"
+    plan.write_text("[plan]\n")
+    settings = {**SETTINGS, "HARNESS_PLANS": str(plan)}
+    index = reuse.ReuseIndex(tmp_path / "out", from_disk=False)
+    _cell(index, "a", _modules(tmp_path / "a"), settings=settings).stamp(
+        "probe", CheckResult("probe", Status.PASS), _record(tmp_path / "rec"))
+    assert _cell(index, "b", _modules(tmp_path / "b"), settings=settings).find("probe") is not None
+    plan.write_text("[plan]\nmodel = 'other'\n")
+    assert _cell(index, "c", _modules(tmp_path / "c"), settings=settings).find("probe") is None
+
+
 def test_a_module_on_the_search_path_counts_by_its_content(tmp_path):
     search = tmp_path / "path"
     search.mkdir()

@@ -59,12 +59,24 @@ def settings(environ: dict[str, str]) -> dict[str, str]:
             if key.startswith(SETTING_PREFIXES) and key != VARIABLE and not SECRET.search(key)}
 
 
+def named_files(values) -> dict[str, str]:
+    """Content hashes of the files that settings name by absolute path (HARNESS_PLANS lists plan files):
+    such a file is read by the check, wherever it lives."""
+    hashes = {}
+    for value in values:
+        for part in value.split(os.pathsep):
+            if os.path.isabs(part) and os.path.isfile(part):
+                hashes[part] = hashlib.sha256(Path(part).read_bytes()).hexdigest()
+    return hashes
+
+
 def context(check: str, argv: list[str], environ: dict[str, str], capture: dict, revision: str) -> str | None:
     """The hash of everything but the modules; None when the environment capture lacks the Python or platform."""
     if any(not capture.get(key) for key in CAPTURE_KEYS[:4]):
         return None
-    data = {"check": check, "argv": argv, "settings": settings(environ), "revision": revision,
-            **{key: capture.get(key) for key in CAPTURE_KEYS}}
+    chosen = settings(environ)
+    data = {"check": check, "argv": argv, "settings": chosen, "files": named_files(chosen.values()),
+            "revision": revision, **{key: capture.get(key) for key in CAPTURE_KEYS}}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
