@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from report_helpers import expand_shared_plot_parts
 
 from harness.report import build_report, to_html, write_report
-from harness.report.synthetic import HOSTILE_TITLE, hostile_cells
+from harness.report.synthetic import HOSTILE_TITLE, hostile_cells, synthetic_cells
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -140,9 +141,26 @@ def test_hostile_text_is_shown_and_never_runs(browser, tmp_path):
     assert page.locator("script, iframe, img, object, embed").count() == 0
 
 
+def figure_shots(browser, path: Path, text: str, count: int = 4) -> list[bytes]:
+    path.write_text(text)
+    figures = Seen(browser, path).page.locator("figure")
+    assert figures.count() >= count
+    return [figures.nth(i).screenshot() for i in range(count)]
+
+
+def test_plots_drawn_from_shared_parts_look_as_if_drawn_whole(browser, tmp_path):
+    """Band, reference and axes shown by <use> from one shared copy: the same pixels as drawn in each plot."""
+    page = to_html(build_report(synthetic_cells(60, seed=5)))
+    assert page.count("<use ") > page.count('<g id="pp')
+    whole = figure_shots(browser, tmp_path / "whole.html", expand_shared_plot_parts(page))
+    assert figure_shots(browser, tmp_path / "shared.html", page) == whole
+    # The comparison sees a difference: a plot that shows another plot's band and axes.
+    swapped = page.replace('<use href="#pp0"/>', '<use href="#pp2"/>')
+    assert figure_shots(browser, tmp_path / "swapped.html", swapped) != whole
+
+
 def test_the_page_stands_alone_in_the_browser(browser, tmp_path):
     """No request leaves the page: every resource is inline (a remote or relative load would be counted)."""
-    from harness.report.synthetic import synthetic_cells
     from harness.results.records import write_json_atomic
 
     for cell in synthetic_cells(40, seed=5):

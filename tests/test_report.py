@@ -10,6 +10,7 @@ from html import unescape
 from pathlib import Path
 
 import pytest
+from report_helpers import expand_shared_plot_parts
 
 from harness.errors import ResultsError
 from harness.report import (
@@ -288,7 +289,7 @@ def test_convergence_cell_gets_an_inline_svg_with_band_inside_the_plot_area():
              make_cell("lists", [convergence(reward, reference_curve=[0.3] * 6, band_lower=[0.1] * 6,
                                              band_upper=[0.5, 0.6, 0.7, 0.8, 0.9, 1.0])], transformers="5.9.0"),
              make_cell("none", [ok("grpo-convergence")], transformers="5.10.0")]
-    html = to_html(build_report(cells))
+    html = expand_shared_plot_parts(to_html(build_report(cells)))
     svgs = re.findall(r"<svg.*?</svg>", html, flags=re.DOTALL)
     assert len(svgs) == 2  # one per cell with a reward curve
     for svg in svgs:
@@ -300,11 +301,11 @@ def test_convergence_cell_gets_an_inline_svg_with_band_inside_the_plot_area():
 
 
 def test_curve_without_band_and_garbage_curves():
-    html = to_html(build_report([
+    html = expand_shared_plot_parts(to_html(build_report([
         make_cell("a", [convergence([0.5])]),
         make_cell("b", [convergence(["x", None, True])], transformers="5.9.0"),
         make_cell("c", [convergence("not a list", band="wide")], transformers="5.10.0"),
-    ]))
+    ])))
     (svg,) = re.findall(r"<svg.*?</svg>", html, flags=re.DOTALL)
     assert 'class="band"' not in svg and 'class="ref' not in svg and 'class="rew dot"' in svg
 

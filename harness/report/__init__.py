@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError, ResultsError
-from harness.results.records import CellResult, Status, load_cell, write_text_atomic
+from harness.results.records import CellResult, load_cell, write_text_atomic
 
 from . import history
 from .gcpause import gc_paused
@@ -26,7 +26,7 @@ from .html import to_html
 from .junit import to_junit
 from .markdown import to_markdown
 from .support import support_json
-from .table import REPORT_SCHEMA_VERSION, Report, build_report, clean_text
+from .table import REPORT_SCHEMA_VERSION, STATUS_VALUES, Report, build_report, clean_text
 
 __all__ = ["DEFAULT_FORMATS", "REPORT_SCHEMA_VERSION", "Report", "build_report", "load_results", "read_run_info",
            "render", "support_json", "to_html", "to_json", "to_junit", "to_markdown", "write_report"]
@@ -88,7 +88,7 @@ def _note_text(note: Any) -> str:
     return str(note.get("text", "")) + (f" (cells: {', '.join(cells)})" if cells else "")
 
 
-_VALUE = {s: s.value for s in Status}  # Enum.value is a slow descriptor
+_VALUE = STATUS_VALUES
 
 
 def _entry_json(column: int, entry) -> dict[str, Any]:
@@ -103,7 +103,7 @@ def _entry_json(column: int, entry) -> dict[str, Any]:
     if entry.known_failure:
         data["known_failure"] = entry.known_failure
     if entry.original_status is not None:
-        data["original_status"] = entry.original_status.value
+        data["original_status"] = _VALUE[entry.original_status]
     if entry.emulated:
         data["emulated"] = True
     if entry.plot is not None:
@@ -217,6 +217,11 @@ def render_report(report_dir: Path | str, formats: Iterable[str] = DEFAULT_FORMA
 
 def render(report: Report, fmt: str) -> str:
     """One format of the report as text (see FORMATS)."""
+    with gc_paused():  # see gcpause: the renderers make many short-lived objects next to a big heap
+        return _render(report, fmt)
+
+
+def _render(report: Report, fmt: str) -> str:
     if fmt == "json":
         # Not indented: json's indenting encoder is pure Python, over twice as slow for a big report.
         return json.dumps(to_json(report)) + "\n"

@@ -17,9 +17,10 @@ from harness.results.records import Status
 
 from .glance import GLANCE_CSS, glance_html
 from .htmltext import Escaper, ascii_html, escape_html
-from .plot import PLOT_CSS, PLOT_LEGEND, convergence_svg
+from .plot import PLOT_CSS, PLOT_LEGEND
+from .plotshare import SharedPlots
 from .support import KIND_LABELS, STATUS_LETTERS, RowVerdict, row_verdicts
-from .table import EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, Entry, Report, entry_extras
+from .table import EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, STATUS_VALUES, Entry, Report, entry_extras
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 CSS = """
@@ -59,19 +60,25 @@ _KIND = {kind: escape_html(label) for kind, label in KIND_LABELS.items()}
 _EMULATED_NOTE = escape_html(EMULATED_NOTE)
 
 
-def _entry(entry: Entry, plot_id: str | None, esc: Escaper) -> str:
-    head = _STATUS[entry.status]
-    if entry.emulated and not any(v.emulated for v in entry.verdicts):
-        head += _MARK
-    if entry.original_status is not None and entry.original_status != entry.status:
-        head += f" (was {entry.original_status.value})"
-    html = f"{_TD[entry.status]}{esc[entry.cell_id]}\">{head}"
-    if entry.log:
-        html += f' <a href="{href(entry.log)}">log</a>'
-    if entry.lock:
-        html += f' <a href="{href(entry.lock)}">lock</a>'
-    if plot_id:
-        html += f' <a href="#{plot_id}">plot</a>'
+class _LockLinks(dict):
+    """The " lock" link of a lock path: the same for every entry of a cell."""
+
+    def __missing__(self, path: str | None) -> str:
+        link = self[path] = f' <a href="{href(path)}">lock</a>' if path else ""
+        return link
+
+
+def _rare_head(entry: Entry) -> str:
+    head = _MARK if entry.emulated and not any(v.emulated for v in entry.verdicts) else ""
+    if entry.original_status is not None and entry.original_status is not entry.status:
+        head += f" (was {STATUS_VALUES[entry.original_status]})"
+    return head
+
+
+def _rare_middle(entry: Entry, plot_id: str | None, esc: Escaper) -> str:
+    """The plot link, where a reused result came from, links not shown as links, and sub-verdicts (between
+    the lock link and the message)."""
+    html = f' <a href="#{plot_id}">plot</a>' if plot_id else ""
     if entry.reused:
         source, link = entry.reused
         html += f' <a href="{href(link)}">reused from {esc[source]}</a>' if link else f" reused from {esc[source]}"
@@ -80,16 +87,33 @@ def _entry(entry: Entry, plot_id: str | None, esc: Escaper) -> str:
     if entry.verdicts:
         html += '<div class="vd">' + _DOT.join(
             f"{esc[v.name]} {_STATUS[v.status]}" + (_MARK if v.emulated else "") for v in entry.verdicts) + "</div>"
-    if entry.message:
-        html += f'<div class="msg">{esc[entry.message]}</div>'
-    for extra in entry_extras(entry):  # mostly a repro command, different in every entry: not remembered
-        html += f'<div class="ex">{escape_html(extra)}</div>'
+    return html
+
+
+def _rare_tail(entry: Entry, esc: Escaper) -> str:
+    """The extras (mostly a repro command, different in every entry: not remembered) and the known failure."""
+    html = "".join([f'<div class="ex">{escape_html(extra)}</div>' for extra in entry_extras(entry)])
     if entry.known_failure:
         kf = entry.known_failure
         html += ('<div class="kf">known failure: ' + esc[kf.get("reason", "")]
                  + (f" <code>{esc[kf['link']]}</code>" if kf.get("link") else "")
                  + (f", expires {esc[kf['expires']]}" if kf.get("expires") else "") + "</div>")
-    return html + "</td>"
+    return html
+
+
+def _entry(entry: Entry, plot_id: str | None, esc: Escaper, locks: _LockLinks) -> str:
+    """The entry's cell in its row of the details. Most entries are a plain pass: its parts are one f-string,
+    and the rarer parts are made only for the entries that have them."""
+    status = entry.status
+    head = _rare_head(entry) if entry.emulated or entry.original_status is not None else ""
+    log = f' <a href="{href(entry.log)}">log</a>' if entry.log else ""
+    middle = _rare_middle(entry, plot_id, esc) if plot_id or entry.reused or entry.rejected_links or entry.verdicts \
+        else ""
+    message = f'<div class="msg">{esc[entry.message]}</div>' if entry.message else ""
+    tail = _rare_tail(entry, esc) if entry.repro or entry.change or entry.attempts or entry.flaky \
+        or entry.failure_class or entry.known_failure else ""
+    return (f'{_TD[status]}{esc[entry.cell_id]}">{_STATUS[status]}{head}{log}{locks[entry.lock]}{middle}{message}'
+            f"{tail}</td>")
 
 
 def _preamble(report: Report, verdicts: list[RowVerdict]) -> list[str]:
@@ -128,6 +152,7 @@ def to_html(report: Report) -> str:
     # One list of pieces, joined once: the page is tens of MB, so rows and plots are not joined on their own.
     page = ["\n".join(_preamble(report, verdicts)), "\n"]
     plots: list[tuple[str, Entry]] = []
+    locks = _LockLinks()
     labels = [f'<th>{e(c.label)}</th>' for c in report.columns]
     axis_names = [e(axis) for axis in report.axes]
     for number, (row, verdict) in enumerate(zip(report.rows, verdicts)):
@@ -141,17 +166,21 @@ def to_html(report: Report) -> str:
             if entry.plot is not None:
                 plot_id = f"plot-{len(plots)}"
                 plots.append((plot_id, entry))
-            page += (f'<tr id="e{number}-{i}">', labels[i], _entry(entry, plot_id, esc), "</tr>")
+            page.append(f'<tr id="e{number}-{i}">{labels[i]}{_entry(entry, plot_id, esc, locks)}</tr>')
         page.append("</tbody></table></details>\n")
     if report.has_emulated:
         page.append(f"<p>{_EMULATED_NOTE}</p>\n")
     if plots:
-        page.append(f"<h2>Convergence curves</h2>{ascii_html(PLOT_LEGEND)}<div class=\"plots\">\n")
+        page.append(f"<h2>Convergence curves</h2>{ascii_html(PLOT_LEGEND)}")
+        defs_at = len(page)
+        page.append('<div class="plots">\n')
+        shared = SharedPlots()
         for plot_id, entry in plots:
             label = f"{entry.cell_id} · {entry.check}"
-            page += (f'<figure id="{plot_id}">', convergence_svg(entry.plot, label=label),
+            page += (f'<figure id="{plot_id}">', shared.svg(entry.plot, label),
                      f"<figcaption>{_STATUS[entry.status]} {e(label)}</figcaption></figure>\n")
         page.append("</div>\n")
+        page.insert(defs_at, shared.defs())
     for heading, items in (("Notes", report.notes), ("Problems", report.problems)):
         if items:
             page.append(f"<h2>{heading}</h2><ul>" + "".join(f"<li>{e(item)}</li>" for item in items) + "</ul>\n")

@@ -12,9 +12,9 @@ from xml.sax.saxutils import escape, quoteattr
 
 from harness.results.records import Status
 
-from .table import Entry, Report
+from .table import FAILING, STATUS_VALUES, Entry, Report
 
-_SKIPPED = (Status.SKIP, Status.XFAIL)
+_SKIPPED = frozenset((Status.SKIP, Status.XFAIL))
 
 
 class _Quoted(dict):
@@ -26,22 +26,27 @@ class _Quoted(dict):
 
 
 def _testcase(entry: Entry, head: str, quoted: _Quoted) -> str:
+    status = entry.status
+    # A plain pass (most entries) is its name and time alone.
+    if status is Status.PASS and not entry.verdicts:
+        return f"{head} time=\"{entry.duration:.3f}\"></testcase>"
     body = []
     message = quoted[entry.message]
-    if entry.status.is_failure:
+    value = STATUS_VALUES[status]
+    if status in FAILING:
         detail = entry.repro and f"repro: {entry.repro}"
-        body.append(f"<failure type=\"{entry.status.value}\" message={message}>{escape(detail)}</failure>")
-    elif entry.status in _SKIPPED:
+        body.append(f"<failure type=\"{value}\" message={message}>{escape(detail)}</failure>")
+    elif status in _SKIPPED:
         if entry.known_failure:
             kf = entry.known_failure
             message = quoted[f"known failure: {kf.get('reason', '')} ({kf.get('link', '')}, expires "
                              f"{kf.get('expires', '')})"]
         body.append(f"<skipped message={message}/>")
     # A plain pass says all in its name; anything else (a pass with an affected sub-verdict too) explains itself.
-    if entry.status is not Status.PASS or any(v.status is not Status.PASS for v in entry.verdicts):
-        out = [f"{entry.status.value}: {entry.message}"]
+    if status is not Status.PASS or any(v.status is not Status.PASS for v in entry.verdicts):
+        out = [f"{value}: {entry.message}"]
         if entry.verdicts:
-            out += [f"{v.name}: {v.status.value}: {v.message}" for v in entry.verdicts]
+            out += [f"{v.name}: {STATUS_VALUES[v.status]}: {v.message}" for v in entry.verdicts]
         out += [f"{kind}: {path}" for kind, path in (("log", entry.log), ("lock", entry.lock)) if path]
         body.append(f"<system-out>{escape(chr(10).join(out))}</system-out>")
     return f"{head} time=\"{entry.duration:.3f}\">{''.join(body)}</testcase>"
@@ -60,8 +65,8 @@ def to_junit(report: Report) -> str:
     quoted = _Quoted()
     for cell_id in sorted(suites):
         cases = sorted(suites[cell_id], key=lambda pair: pair[0])
-        failures = sum(e.status.is_failure for _, e in cases)
-        skipped = sum(e.status in _SKIPPED for _, e in cases)
+        failures = sum([e.status in FAILING for _, e in cases])
+        skipped = sum([e.status in _SKIPPED for _, e in cases])
         seconds = sum(e.duration for _, e in cases)
         totals["tests"] += len(cases)
         totals["failures"] += failures

@@ -16,15 +16,17 @@ from .htmltext import escape_html
 
 MAX_POINTS = 5000  # longer curves are cut: a report must stay small whatever a result file holds
 DRAWN_POINTS = 300  # curves longer than this are thinned for drawing
-# Styles of the plot's classes, for the page that holds the SVGs (thousands of plots share them).
+# Styles of the plot's classes, for the page that holds the SVGs (thousands of plots share them). No selector
+# names an ancestor: the parts a plot shows with <use> (plotshare.py) are copies that have none to match.
 PLOT_CSS = """
-svg.plot text{font-size:10px;fill:#333}
-svg.plot .band{fill:#9ecae1;fill-opacity:.5;stroke:none}
-svg.plot .ref,svg.plot .rew,svg.plot .axis{fill:none;stroke-linecap:round}
-svg.plot .ref{stroke:#666;stroke-width:1.5;stroke-dasharray:4 3}
-svg.plot .rew{stroke:#d62728;stroke-width:1.5}
-svg.plot .dot{stroke-width:4}
-svg.plot .axis{stroke:#333}
+text.ax{font-size:10px;fill:#333}
+.band{fill:#9ecae1;fill-opacity:.5;stroke:none}
+.ref,.rew,.axis{fill:none;stroke-linecap:round}
+.ref{stroke:#666;stroke-width:1.5;stroke-dasharray:4 3}
+.rew{stroke:#d62728;stroke-width:1.5}
+.dot{stroke-width:4}
+.axis{stroke:#333}
+svg.plot-defs{position:absolute}
 .plot-legend .rew{color:#d62728}.plot-legend .ref{color:#666}.plot-legend .band{color:#3182bd}
 """
 
@@ -210,34 +212,50 @@ PLOT_LEGEND = ('<p class="plot-legend"><span class="rew">━ reward</span> · '
                '<span class="ref">╍ reference</span> · <span class="band">▮ tolerance band</span></p>')
 
 
-def convergence_svg(series: dict[str, Any], *, width: int = 320, height: int = 160, label: str = "") -> str:
-    """An inline <svg> of reward (solid red), reference (dashed grey) and the tolerance band (shaded blue).
+@dataclass(frozen=True, slots=True)
+class Drawing:
+    """A plot in its parts. `guide` and `axes` are the same str object for every plot of one guide (or
+    size), length and scale, so a page can hold each once and show it where needed (plotshare.py)."""
 
-    Styled by PLOT_CSS, which the page holding the plots must include; PLOT_LEGEND explains the lines.
-    """
+    head: str  # the opening <svg> tag
+    guide: str  # the band and the reference curve
+    reward: str
+    axes: str  # the axis lines and their labels
+
+
+def draw(series: dict[str, Any], width: int = 320, height: int = 160) -> Drawing:
+    """Reward (solid red), reference (dashed grey) and the tolerance band (shaded blue), in pixels."""
     reward, guide = series["reward"], series["guide"]
     n = max(len(reward), len(guide.reference), len(guide.lower), len(guide.upper))
     extents = [e for e in (guide.extent, _extent(reward)) if e]
     y_range = _nice_range(min(e[0] for e in extents), max(e[1] for e in extents))
-    head, box, tail = _frame(width, height, n, y_range)
-    return (f"{head}<title>{escape_html(label or 'reward against reference')}</title>"
-            f"{_guide_svg(guide, n, y_range, box)}{_curve_svg(reward, 'rew', n, y_range, box)}{tail}")
+    head, box, axes = _frame(width, height, n, y_range)
+    return Drawing(head, _guide_svg(guide, n, y_range, box), _curve_svg(reward, "rew", n, y_range, box), axes)
+
+
+def convergence_svg(series: dict[str, Any], *, width: int = 320, height: int = 160, label: str = "") -> str:
+    """An inline <svg> of the curves (see draw), whole: the band and reference drawn first, the axes last.
+
+    Styled by PLOT_CSS, which the page holding the plots must include; PLOT_LEGEND explains the lines.
+    """
+    d = draw(series, width, height)
+    return (f"{d.head}<title>{escape_html(label or 'reward against reference')}</title>"
+            f"{d.guide}{d.reward}{d.axes}</svg>")
 
 
 @functools.lru_cache(maxsize=1024)
 def _frame(width: int, height: int, n: int, y_range: tuple[float, float]) -> tuple[str, tuple, str]:
-    """The parts of a plot around its title and curves (shared by plots of one size, length and scale)."""
+    """The opening tag, the plot box and the axes of a plot (shared by plots of one size, length and scale)."""
     left, right, top, bottom = 44, 10, 10, 22
     plot_w, plot_h = width - left - right, height - top - bottom
     base = top + plot_h
     head = f'<svg class="plot" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
-    tail = "".join((
+    axes = "".join((
         f'<path class="axis" d="M{left} {top}V{base}H{left + plot_w}"/>',
-        f'<text x="{left - 4}" y="{top + 8}" text-anchor="end">{y_range[1]:.3g}</text>',
-        f'<text x="{left - 4}" y="{base}" text-anchor="end">{y_range[0]:.3g}</text>',
-        f'<text x="{left}" y="{base + 12}" text-anchor="middle">0</text>',
-        f'<text x="{left + plot_w}" y="{base + 12}" text-anchor="end">{n - 1}</text>',
-        f'<text x="{left + plot_w // 2}" y="{base + 12}" text-anchor="middle">step</text>',
-        "</svg>",
+        f'<text class="ax" x="{left - 4}" y="{top + 8}" text-anchor="end">{y_range[1]:.3g}</text>',
+        f'<text class="ax" x="{left - 4}" y="{base}" text-anchor="end">{y_range[0]:.3g}</text>',
+        f'<text class="ax" x="{left}" y="{base + 12}" text-anchor="middle">0</text>',
+        f'<text class="ax" x="{left + plot_w}" y="{base + 12}" text-anchor="end">{n - 1}</text>',
+        f'<text class="ax" x="{left + plot_w // 2}" y="{base + 12}" text-anchor="middle">step</text>',
     ))
-    return head, (left, top, plot_w, plot_h), tail
+    return head, (left, top, plot_w, plot_h), axes

@@ -18,7 +18,7 @@ from typing import Any
 
 from harness.results.records import Status
 
-from .table import Column, Entry, Report, Row
+from .table import FAILING, STATUS_VALUES, Column, Entry, Report, Row
 
 SUPPORT_SCHEMA = "qwen35-support-summary"
 SUPPORT_SCHEMA_VERSION = 1
@@ -28,7 +28,6 @@ KIND_LABELS = {"works": "works", "patched": "works with the trainer's patches", 
 # One ASCII letter per status: legible in any font, told apart without colour.
 STATUS_LETTERS = {Status.PASS: "P", Status.FAIL: "F", Status.AFFECTED: "A", Status.SKIP: "S", Status.XFAIL: "X",
                   Status.TIMEOUT: "T", Status.CRASH: "C", Status.ERROR: "E"}
-_FAILURES = frozenset(s for s in Status if s.is_failure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +63,7 @@ def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
     ran = 0
     for index, entry in sorted(row.entries.items()):
         status = entry.status
-        if status in _FAILURES:
+        if status in FAILING:
             failing = failing or (index, entry)
         elif status is Status.XFAIL:
             known = known or (index, entry)
@@ -73,7 +72,7 @@ def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
         ran += status is not Status.SKIP
     if failing:
         index, entry = failing
-        return RowVerdict("broken", f"{columns[index].label}: {entry.status.value}"
+        return RowVerdict("broken", f"{columns[index].label}: {STATUS_VALUES[entry.status]}"
                           + (f": {entry.message}" if entry.message else ""))
     if known:
         index, entry = known
@@ -138,6 +137,6 @@ def support_json(report: Report, verdicts: list[RowVerdict] | None = None) -> di
         "combinations": [
             {"axes": {report.axes[p]: row.axes[p] for p in varying}, "verdict": verdict.kind, "label": verdict.label,
              "reason": verdict.reason, "cells": sorted(row.cells),
-             "checks": {labels[i]: entry.status.value for i, entry in sorted(row.entries.items())}}
+             "checks": {labels[i]: STATUS_VALUES[entry.status] for i, entry in sorted(row.entries.items())}}
             for row, verdict in zip(report.rows, verdicts)],
     }
