@@ -39,14 +39,18 @@ class TagCollector(HTMLParser):
 ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "ul", "li", "strong", "table", "br",
                 "details", "summary",
                 "thead", "tbody", "tr", "th", "td", "a", "span", "div", "sup", "code", "figure", "figcaption",
-                "svg", "g", "polygon", "polyline", "path", "text"}
+                "svg", "g", "polygon", "polyline", "path", "text", "defs", "use"}
 ALLOWED_ATTRS = {"lang", "charset", "http-equiv", "content", "name", "class", "title", "href", "id", "rowspan",
                  "colspan", "role", "width", "height", "viewbox", "transform", "points", "d", "x", "y",
                  "text-anchor", "aria-label", "aria-hidden"}
 
 
-def test_html_has_no_injected_tags_attributes_or_links():
-    html = to_html(hostile_report())
+@pytest.mark.parametrize("with_plots", [False, True])
+def test_html_has_no_injected_tags_attributes_or_links(with_plots):
+    report = hostile_report()
+    if with_plots:  # the plots' shared parts: <use> links only to them, in the page
+        report = build_report([*hostile_cells(), *synthetic_cells(40, seed=2)], title=HOSTILE_TITLE)
+    html = to_html(report)
     parser = TagCollector()
     parser.feed(html)
     parser.close()
@@ -54,6 +58,8 @@ def test_html_has_no_injected_tags_attributes_or_links():
     assert tags <= ALLOWED_TAGS, tags - ALLOWED_TAGS
     for tag, attrs in parser.tags:
         assert set(attrs) <= ALLOWED_ATTRS, (tag, attrs)
+        if tag == "use":
+            assert re.fullmatch(r"#pp\d+", attrs["href"]) and f'<g id="{attrs["href"][1:]}">' in html
         if tag == "a":
             href = attrs["href"]
             assert re.fullmatch(r"#(plot-\d+|r\d+|e\d+-\d+|details)", href) or (

