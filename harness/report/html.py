@@ -6,7 +6,8 @@ holds every entry in full (sub-verdicts, messages, logs, lock, repro command, a 
 All text goes through html.escape (htmltext.escape_html, which also writes non-ASCII characters as
 character references, so the page is pure ASCII); the only links are the report's own relative log and
 lock paths (percent-encoded, then escaped) and in-page anchors. A Content-Security-Policy forbids
-scripts and remote loads, as a second line of defence.
+scripts and remote loads, as a second line of defence. The plots draw the band, reference and axes they
+share once (plotshare.py): they were a fifth of a 10,000-cell page.
 """
 from __future__ import annotations
 

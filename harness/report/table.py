@@ -276,7 +276,8 @@ def _known_failure(data: Any) -> dict[str, str] | None:
 _NO_REPRO = (Status.PASS, Status.SKIP)
 
 
-def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult, column: Column) -> Entry:
+def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult, column: Column,
+           messages: _Cleaned) -> Entry:
     log = safe_link(check.log)
     # The empty tuple is shared: no new object for the many entries without rejected links or verdicts.
     rejected = () if (log or not check.log) and (lock or not cell.lock) else \
@@ -291,7 +292,7 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
         has_curve = has_curve or any("reward_curve" in v.metrics for v in check.verdicts)
     needs_repro = check.status not in _NO_REPRO or check.flaky
     return Entry(
-        cell_id, column.check, check.status, clean_text(check.message), check.duration, log, lock, rejected,
+        cell_id, column.check, check.status, messages[check.message], check.duration, log, lock, rejected,
         verdicts, emulated, _known_failure(check.known_failure) if check.known_failure else None,
         check.original_status,
         plot.convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None,
@@ -451,7 +452,8 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
     rows: dict[tuple, Row] = {}
     counts = dict.fromkeys(Status, 0)
     has_emulated = False
-    axis_text, environment_text = _Cleaned(120), _Cleaned(200)
+    # Messages repeat ("Qwen3.5 unavailable in this transformers version" in every cell of that version).
+    axis_text, environment_text, messages = _Cleaned(120), _Cleaned(200), _Cleaned(MESSAGE_LIMIT)
     for (row_key, backend, model), cell in kept:
         row = rows.get(row_key)
         if row is None:
@@ -469,7 +471,7 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
                 problems.append(clean_text(f"cell {cell.cell_id} has two results for {check.check}; "
                                            "showing the first", 400))
                 continue
-            entry = entries[index] = _entry(cell, cell_id, lock, check, columns[index])
+            entry = entries[index] = _entry(cell, cell_id, lock, check, columns[index], messages)
             if changes is not None:
                 entry.change = changes.get((cell.cell_id, check.check))
             counts[entry.status] += 1
