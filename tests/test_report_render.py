@@ -191,3 +191,12 @@ def test_the_glance_table_comes_first_with_only_the_differing_axes_grouped_under
         assert status == entry.status.value and letter == STATUS_LETTERS[entry.status]
         assert title == escape_html(f"{report.columns[int(column)].label}: {status}")
         assert f'<tr id="e{row}-{column}">' in page  # the mark's target is its entry in the details
+
+
+def test_a_reused_result_names_and_links_the_cell_it_came_from():
+    cells = synthetic_cells(6, seed=2)
+    cells[0].checks[0].reused_from = cells[1].cell_id
+    cells[2].checks[0].reused_from = "../elsewhere"  # not a safe link: named, not linked
+    page = to_html(build_report(cells))
+    assert f'<a href="cells/{cells[1].cell_id}.json">reused from {cells[1].cell_id}</a>' in page
+    assert " reused from ../elsewhere<" in page and 'href="cells/../elsewhere.json"' not in page
