@@ -177,9 +177,9 @@ def to_html(report: Report) -> str:
         page.append('<div class="plots">\n')
         shared = SharedPlots()
         for plot_id, entry in plots:
-            label = f"{entry.cell_id} · {entry.check}"
-            page += (f'<figure id="{plot_id}">', shared.svg(entry.plot, label),
-                     f"<figcaption>{_STATUS[entry.status]} {e(label)}</figcaption></figure>\n")
+            label = f"{esc[entry.cell_id]}{_DOT}{esc[entry.check]}"  # escaped: the parts repeat, the whole does not
+            page.append(f'<figure id="{plot_id}">{shared.svg(entry.plot, label)}'
+                        f"<figcaption>{_STATUS[entry.status]} {label}</figcaption></figure>\n")
         page.append("</div>\n")
         page.insert(defs_at, shared.defs())
     for heading, items in (("Notes", report.notes), ("Problems", report.problems)):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .htmltext import escape_html
 from .plot import draw
 
 
@@ -31,10 +30,11 @@ class SharedPlots:
             self._parts.append(f'<g id="{ident}">{part}</g>')
         return f'<use href="#{ident}"/>'
 
-    def svg(self, series: dict[str, Any], label: str) -> str:
-        """The plot of `series` (see plot.draw), titled `label`, showing its shared parts by reference."""
+    def svg(self, series: dict[str, Any], label_html: str) -> str:
+        """The plot of `series` (see plot.draw), titled `label_html` (escaped), showing its shared parts by
+        reference."""
         d = draw(series)
-        return (f"{d.head}<title>{escape_html(label)}</title>{self._use(d.guide)}{d.reward}"
+        return (f"{d.head}<title>{label_html}</title>{self._use(d.guide)}{d.reward}"
                 f"{self._use(d.axes)}</svg>")
 
     def defs(self) -> str:
