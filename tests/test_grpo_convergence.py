@@ -106,3 +106,14 @@ def test_fully_async_check_passes_at_staleness_1_with_its_distribution(tmp_path)
     run = result.metrics["staleness1"]
     assert run["staleness_distribution"] == {"0": 1, "1": run["steps"] - 1}
     assert 0.0 <= run["overlap_fraction"] <= 1.0
+
+
+def test_only_cpu_runs_with_hf_rollout_go_to_forked_ranks(tmp_path, monkeypatch):
+    def command(device, **args):
+        monkeypatch.setenv("HARNESS_DEVICE", device)
+        return check.trainer_command("fsdp", "text", 3, 0, tmp_path / "m.jsonl", args)
+
+    module, argv, nproc = check.forked_trainer(command("cpu", lr=0.005))
+    assert (module, nproc) == ("trainers.fsdp", 2) and argv[argv.index("--lr") + 1] == "0.005"
+    assert check.forked_trainer(command("cpu", rollout="vllm")) is None  # vLLM starts its own processes
+    assert check.forked_trainer(command("cuda")) is None  # a device runtime does not survive fork

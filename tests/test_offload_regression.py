@@ -154,9 +154,10 @@ def test_overall_status_rule():
 
 @needs_qwen35
 @pytest.mark.slow
-def test_check_with_real_fsdp2_offload_under_torchrun(tmp_path):
-    """Real FSDP2 + CPUOffloadPolicy, 2 ranks. On CPU the compute device is the CPU, so even the
-    stock code sees its index and weight on one device: evidence only, the emulation decides."""
+def test_check_with_real_fsdp2_offload_on_two_ranks(tmp_path):
+    """Real FSDP2 + CPUOffloadPolicy, 2 ranks (forked from the check's process on CPU). On CPU the
+    compute device is the CPU, so even the stock code sees its index and weight on one device: evidence
+    only, the emulation decides."""
     result = offload_regression.run(_options(tmp_path))
     verdicts = {v.name: v for v in result.verdicts}
     assert set(verdicts) == {"upstream", "trainer", "upstream/real-fsdp2", "trainer/real-fsdp2"}
@@ -172,7 +173,7 @@ def test_check_with_real_fsdp2_offload_under_torchrun(tmp_path):
 
 @needs_qwen35
 @pytest.mark.slow
-def test_a_torchrun_job_that_dies_is_reported_not_hidden(tmp_path, monkeypatch):
+def test_ranks_that_die_are_reported_not_hidden(tmp_path, monkeypatch):
     monkeypatch.setattr(offload_regression, "WORKER", "harness.checks._no_such_worker")
     result = offload_regression.run(_options(tmp_path))
     real = [v for v in result.verdicts if v.name.endswith("/real-fsdp2")]

@@ -151,3 +151,17 @@ def test_real_check_passes_and_records_upstream_packing(models):
     kwargs_verdict = verdicts["packed-stock-upstream"]
     measured = {"5.3.0": Status.AFFECTED, "5.23.0": Status.SKIP}.get(transformers.__version__)
     assert kwargs_verdict.status in ((measured,) if measured else (Status.AFFECTED, Status.SKIP)), kwargs_verdict
+
+
+def test_stock_side_runs_once_and_every_broken_patch_still_fails(models, monkeypatch):
+    """The stock numbers are kept per (kind, dtype, probe): a second patch compares against them
+    without running stock again, and is still caught."""
+    calls = []
+    probe = parity_stock._logits_probe
+    monkeypatch.setattr(parity_stock, "_logits_probe", lambda *a: calls.append(1) or probe(*a))
+    fresh = Models(seed=0)
+    for name in ("broken-rms-norm-a", "broken-rms-norm-b"):
+        broken = DelegatingPatch(name=name, target=f"{QWEN35}:Qwen3_5RMSNorm.forward", replacement=None,
+                                 make=_perturbing_rms_norm, versions=SpecifierSet(">=5.2"))
+        assert parity_stock.compare_patch(broken, fresh, FP32, seed=0, kinds=("text",)).status is Status.FAIL
+    assert len(calls) == 3  # stock once, then each patched side

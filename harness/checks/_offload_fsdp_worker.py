@@ -1,7 +1,8 @@
 """One vision training step of the tiny VL model, and a torchrun worker that runs it under
 real FSDP2 with `CPUOffloadPolicy` and `visual.pos_embed` as its own unit.
 
-Used by the offload-regression check, in-process (the step and the patch selection) and as
+Used by the offload-regression check, in-process (the step and the patch selection), on 2 ranks
+forked from the check's process on CPU (`worker`, through trainers.forked_ranks), and on accelerators as
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 \\
         -m harness.checks._offload_fsdp_worker --out RESULT.json [--trainer-method project|stock]
@@ -131,23 +132,19 @@ def _fsdp_pass(name: str, args, plan, mesh, device) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str] | None = None) -> None:
+def worker(out: Path, trainer_method: str = "project", seed: int = 0, model_config: str | None = None,
+           device: str | None = None) -> None:
+    """One rank: join the process group (torchrun's, or the check's forked ranks'), run the three
+    passes, and rank 0 writes `out`. The caller ends the process (os._exit)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
     from trainers.device import plan as device_plan
     from trainers.device import set_cpu_threads
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--trainer-method", choices=TRAINER_METHODS, default="project")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model-config", default=None)
-    parser.add_argument("--device", default=None)
-    args = parser.parse_args(argv)
-
+    args = argparse.Namespace(out=Path(out), trainer_method=trainer_method, seed=seed, model_config=model_config)
     set_cpu_threads()
-    plan = device_plan(args.device)
+    plan = device_plan(device)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if plan.type != "cpu":
         getattr(torch, plan.type).set_device(local_rank)
@@ -165,6 +162,16 @@ def main(argv: list[str] | None = None) -> None:
         os.replace(tmp, args.out)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--trainer-method", choices=TRAINER_METHODS, default="project")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model-config", default=None)
+    parser.add_argument("--device", default=None)
+    worker(**vars(parser.parse_args(argv)))
     os._exit(0)  # an abort at interpreter exit was seen after teardown otherwise
 
 

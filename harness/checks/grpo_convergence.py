@@ -1,7 +1,9 @@
 """grpo-convergence: a short GRPO run on a tiny Qwen3.5 model must learn, and follow its reference.
 
-The FSDP trainer runs with 2 ranks on CPU under torch.distributed.run for the reference's
-number of steps and seed. Three verdicts:
+The FSDP trainer runs with 2 ranks on CPU for the reference's number of steps and seed: the
+command recorded is the torch.distributed.run one; on CPU with Hugging Face rollout the same trainer
+runs on ranks forked from the check's process (trainers.forked_ranks), with no launcher and no
+second import of torch and transformers per rank. Three verdicts:
 - threshold: the final reward (mean of the last `final_window` steps) exceeds `threshold`;
 - gain: final minus initial reward (mean of the first `initial_window` steps) >= `margin`;
 - band: the reward curve, smoothed by a moving average of `smooth` steps, stays within `band`
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import os
 import platform
@@ -112,19 +115,46 @@ def trainer_command(backend: str, model: str, steps: int, seed: int, metrics: Pa
     return command
 
 
+def forked_trainer(command: list[str]) -> tuple[str, list[str], int] | None:
+    """(trainer module, its argv, ranks) of a `trainer_command` that can run on ranks forked from this
+    process: on CPU with Hugging Face rollout. vLLM and accelerator runtimes keep torchrun's processes."""
+    nproc, module, argv = int(command[5]), command[7], command[8:]  # the layout trainer_command builds
+    options = dict(zip(argv[::2], argv[1::2]))  # every trainer flag it passes takes a value
+    return (module, argv, nproc) if options["--device"] == "cpu" and options.get("--rollout", "hf") == "hf" else None
+
+
 def run_trainer(command: list[str], log: Path, timeout: float = RUN_TIMEOUT) -> tuple[int | None, float]:
     """Run the trainer, its output to `log`; (exit code or None on timeout, seconds)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     started = time.perf_counter()
+    forked = forked_trainer(command)
     with log.open("w", encoding="utf-8") as handle:
         handle.write(" ".join(command) + "\n")
-        handle.flush()
+    if forked is not None:
+        return _run_forked(*forked, log, timeout)
+    with log.open("a", encoding="utf-8") as handle:
         try:
             code = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env,
                                   timeout=timeout).returncode
         except subprocess.TimeoutExpired:
             code = None
     return code, time.perf_counter() - started
+
+
+def _run_forked(module: str, argv: list[str], nproc: int, log: Path, timeout: float) -> tuple[int | None, float]:
+    """The trainer's main(argv) on `nproc` ranks forked from this process (trainers.forked_ranks): the
+    same ranks, flags and numbers as under torchrun, without its launcher and per-rank imports."""
+    from trainers.forked_ranks import run_ranks
+
+    main = importlib.import_module(f"{module}.__main__").main
+    try:  # share the trainer's imports with every rank; a failure shows in the ranks' own log
+        importlib.import_module(f"{module}.train")
+    except Exception:  # noqa: BLE001, S110
+        pass
+    outcome = run_ranks(lambda: main(argv), nproc, log, timeout, {"OMP_NUM_THREADS": "1"})
+    if outcome.timed_out:
+        return None, outcome.seconds
+    return next((code for code in outcome.exit_codes if code), 0), outcome.seconds
 
 
 def evaluate(records: list[dict], reference: dict, comparable: bool = True) -> tuple[Status, str, dict, list[Verdict]]:

@@ -9,9 +9,11 @@ Two verdicts:
 
 Each verdict is computed two ways. (a) The meta-device emulation (`trainers.offload_emulation`):
 the weight lives on `meta` between calls and is real only inside `pos_embed`'s own forward.
-(b) Real FSDP2 with `CPUOffloadPolicy` and `pos_embed` as its own unit, 2 ranks under torchrun
-(`_offload_fsdp_worker`). On a CPU-only machine the compute device *is* the CPU, so (b) cannot
-show the bug: there (a) decides and (b) is recorded as evidence. On CUDA and NPU, (b) decides.
+(b) Real FSDP2 with `CPUOffloadPolicy` and `pos_embed` as its own unit, 2 ranks
+(`_offload_fsdp_worker`): on CPU forked from the check's process (trainers.forked_ranks: no torchrun
+start, no second import of torch and transformers), on accelerators under torchrun. On a CPU-only
+machine the compute device *is* the CPU, so (b) cannot show the bug: there (a) decides and (b) is
+recorded as evidence. On CUDA and NPU, (b) decides.
 
 The bug is detected by behaviour: the forward raised and the index reaching `pos_embed` was not
 on its weight's device. A pass also needs the loss and the `pos_embed` gradient to equal those of
@@ -20,6 +22,7 @@ unpatched method (a deliberately broken patch): the check must then fail where t
 """
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -36,7 +39,8 @@ from . import CheckOptions
 
 NAME = "offload-regression"
 WORKER = "harness.checks._offload_fsdp_worker"
-FSDP_TIMEOUT = 300.0  # seconds for the torchrun job; a torchrun start alone costs 5-8 s
+FSDP_TIMEOUT = 300.0  # seconds for the real-FSDP2 ranks; a torchrun start alone costs 5-8 s
+FSDP_RANKS = 2
 EMULATION_NOTE = "emulated: FSDP2 CPU offload emulated with the meta device"
 CPU_FSDP_NOTE = ("real FSDP2 CPU offload on a CPU-only machine: the compute device is the CPU, so indices "
                  "built on the offloaded weight's device land on the right device; this run cannot show the "
@@ -122,15 +126,45 @@ def emulated_passes(options: CheckOptions, device, trainer_method: str) -> dict[
     return passes
 
 
-def _launch_fsdp(options: CheckOptions, plan, trainer_method: str,
-                 out_dir: Path) -> tuple[subprocess.Popen, Path, Path]:
-    """Start the torchrun job now; the emulation runs while it starts (torchrun costs seconds)."""
-    import torch
-
-    ranks = 2 if plan.type == "cpu" else max(1, min(2, getattr(torch, plan.type).device_count()))
+def _fsdp_files(out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     result, log = out_dir / "fsdp_offload.json", out_dir / "fsdp_offload.log"
     result.unlink(missing_ok=True)
+    log.unlink(missing_ok=True)
+    return result, log
+
+
+def _fork_fsdp(options: CheckOptions, trainer_method: str, out_dir: Path):
+    """CPU: fork the 2 ranks now; the emulation runs in this process meanwhile."""
+    from trainers.forked_ranks import ForkedRanks
+
+    result, log = _fsdp_files(out_dir)
+    config = None if options.model_config is None else str(options.model_config)
+
+    def rank() -> None:  # the worker is looked up in the rank, so a broken one crashes there, as under torchrun
+        importlib.import_module(WORKER).worker(result, trainer_method, options.seed, config, "cpu")
+
+    return ForkedRanks(rank, FSDP_RANKS, log, {"OMP_NUM_THREADS": "1"}), result, log
+
+
+def _collect_forked(ranks, result: Path, log: Path) -> tuple[dict | None, Status, str]:
+    with ranks:
+        outcome = ranks.wait(FSDP_TIMEOUT)
+    if outcome.timed_out:
+        return None, Status.TIMEOUT, f"the FSDP2 ranks did not finish within {FSDP_TIMEOUT:.0f} s (log {log.name})"
+    if not outcome.ok or not result.exists():
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:] if log.exists() else []
+        return None, Status.CRASH, f"FSDP2 ranks exited with {outcome.exit_codes}: {' | '.join(tail)}"
+    return json.loads(result.read_text(encoding="utf-8")), Status.PASS, ""
+
+
+def _launch_fsdp(options: CheckOptions, plan, trainer_method: str,
+                 out_dir: Path) -> tuple[subprocess.Popen, Path, Path]:
+    """Accelerators: start the torchrun job now; the emulation runs while it starts."""
+    import torch
+
+    ranks = max(1, min(FSDP_RANKS, getattr(torch, plan.type).device_count()))
+    result, log = _fsdp_files(out_dir)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
            "-m", WORKER, "--out", str(result), "--trainer-method", trainer_method, "--seed", str(options.seed),
            "--device", plan.type]
@@ -153,6 +187,14 @@ def _collect_fsdp(proc: subprocess.Popen, result: Path, log: Path) -> tuple[dict
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
         return None, Status.CRASH, f"torchrun exited with {returncode}: {' | '.join(tail)}"
     return json.loads(result.read_text(encoding="utf-8")), Status.PASS, ""
+
+
+def _stop(launched) -> None:
+    if isinstance(launched, subprocess.Popen):
+        os.killpg(launched.pid, signal.SIGKILL)  # our own torchrun and its ranks only
+        launched.wait()
+    else:
+        launched.kill()
 
 
 def _verdicts(passes: dict, source: str, deciding: bool, emulated: bool, rtol: float, note: str) -> list[Verdict]:
@@ -207,19 +249,23 @@ def run(options: CheckOptions, *, trainer_method: str = "project", real_fsdp: bo
     if not real_fsdp and plan.type != "cpu":
         raise ValueError("on an accelerator real FSDP2 decides the verdicts: real_fsdp=False is for CPU only")
     start = time.perf_counter()
-    launched = _launch_fsdp(options, plan, trainer_method, Path(options.work_dir) / "offload_regression") \
-        if real_fsdp else None
+    out_dir = Path(options.work_dir) / "offload_regression"
+    launched, collect = None, None
+    if real_fsdp:
+        forked = plan.type == "cpu"
+        launched = (_fork_fsdp(options, trainer_method, out_dir) if forked
+                    else _launch_fsdp(options, plan, trainer_method, out_dir))
+        collect = _collect_forked if forked else _collect_fsdp
     try:
         verdicts = _verdicts(emulated_passes(options, plan.device(0), trainer_method), "meta-emulation",
                              deciding=plan.type == "cpu", emulated=True, rtol=1e-5, note=EMULATION_NOTE)
     except BaseException:
-        if launched is not None:  # do not leave our torchrun job behind
-            os.killpg(launched[0].pid, signal.SIGKILL)
-            launched[0].wait()
+        if launched is not None:  # do not leave our ranks behind
+            _stop(launched[0])
         raise
     metrics["emulation_seconds"] = round(time.perf_counter() - start, 2)
     if launched is not None:
-        report, status, message = _collect_fsdp(*launched)
+        report, status, message = collect(*launched)
         metrics["real_fsdp2_seconds"] = round(time.perf_counter() - start, 2)
         if report is None:
             verdicts += [Verdict(f"{n}/real-fsdp2" if plan.type == "cpu" else n, status, message)

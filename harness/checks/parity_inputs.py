@@ -3,6 +3,7 @@ error measures, and which patches touch which model."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,12 +25,26 @@ class Tolerance:
 
 
 class Models:
-    """Tiny models built once per (kind, dtype); patches change classes, so one instance serves both sides."""
+    """Tiny models built once per (kind, dtype); patches change classes, so one instance serves both sides.
+
+    Also keeps what the stock code computed on them (`stock`): the stock side of every patch's
+    comparison is the same forward on the same model and inputs, so it runs once per (kind, dtype,
+    probe), before any patch is applied, instead of once per patch.
+    """
 
     def __init__(self, seed: int = 0, overrides: dict[str, Any] | None = None):
         self.seed = seed
         self.overrides = overrides or {}
         self._cache: dict[tuple[str, str], torch.nn.Module] = {}
+        self._stock: dict[tuple, Any] = {}
+
+    def stock(self, probe: Callable[..., Any], kind: str, dtype: str, seed: int) -> Any:
+        """`probe(model, model_inputs(model, kind, seed), seed)` the first time, the kept result afterwards."""
+        key = (probe, kind, dtype, seed)
+        if key not in self._stock:
+            model = self.get(kind, dtype)
+            self._stock[key] = probe(model, model_inputs(model, kind, seed), seed)
+        return self._stock[key]
 
     def get(self, kind: str, dtype: str = "float32") -> torch.nn.Module:
         from trainers.models import build_model

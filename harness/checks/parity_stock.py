@@ -86,7 +86,7 @@ def compare_patch(patch: Patch, models: Models, tolerances: dict[str, Tolerance]
         for dtype, tol in tolerances.items():
             model = models.get(kind, dtype)
             inputs = model_inputs(model, kind, seed)
-            want, want_grads = stock_probe(model, inputs, seed)
+            want, want_grads = models.stock(stock_probe, kind, dtype, seed)
             with patch.applied_context():
                 got, got_grads = patched_probe(model, inputs, seed)
             cell = {f"{key}_max_abs_err": max_abs(got[key], want[key]) for key in want}

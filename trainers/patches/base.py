@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -29,7 +30,10 @@ class TargetMissing(NotApplicable):
     """The symbol the patch targets does not exist in the installed package (renamed or removed)."""
 
 
+@functools.cache
 def installed_version(distribution: str) -> Version | None:
+    """The installed release of `distribution`, or None. Cached: a process's installed packages do not
+    change under it, and each lookup scans every distribution's metadata (patch-parity asked 330 times)."""
     try:
         return Version(importlib.metadata.version(distribution))
     except importlib.metadata.PackageNotFoundError:
