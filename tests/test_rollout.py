@@ -97,3 +97,21 @@ def test_a_model_without_linear_attention_still_rolls_out_with_exact_logprobs():
         recomputed, _ = response_logprobs(model, batch, 1.0)
     assert float(((recomputed - batch.logprobs) * batch.response_mask).abs().max()) < 1e-5
     assert engine.use_cache == (engine.cache_error is None)
+
+
+def test_sync_copies_every_weight_in_place_and_refuses_a_mismatched_state():
+    model, other = _model(), _model()
+    with torch.no_grad():
+        for parameter in other.parameters():
+            parameter.add_(torch.randn_like(parameter))
+    engine = HFRollout(model)
+    for _ in range(2):  # the second sync goes through the kept tensors
+        engine.sync_weights(other.state_dict())
+        for name, tensor in other.state_dict().items():
+            assert torch.equal(engine.model.state_dict()[name], tensor), name
+    wrong_shape = {**other.state_dict(), "lm_head.weight": torch.zeros(3, 3)}
+    with pytest.raises(RuntimeError, match="lm_head.weight"):
+        engine.sync_weights(wrong_shape)
+    missing = {k: v for k, v in other.state_dict().items() if k != "lm_head.weight"}
+    with pytest.raises(RuntimeError, match="lm_head.weight"):
+        engine.sync_weights(missing)

@@ -78,6 +78,8 @@ class GRPOLoop:
         return f"{self.config.metrics}.rank{self.rank}" if self.config.metrics_all_ranks else None
 
     def _all_sum(self, values: list[float], group=None, op=dist.ReduceOp.SUM) -> list[float]:
+        if dist.get_world_size(group) == 1:  # a reduction over one rank is the identity: skip the collective
+            return [float(v) for v in values]
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor, op=op, group=group)
         return tensor.tolist()

@@ -124,10 +124,18 @@ class HFRollout:
         self.vocab_size = config.vocab_size
         self.layer_types = list(getattr(config, "layer_types", None) or ["linear_attention"])
         self.use_cache, self.cache_error = True, None
+        self._own_state: dict[str, torch.Tensor] | None = None  # the engine's tensors, by state-dict name
 
     def sync_weights(self, weights) -> None:
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
-        self.model.load_state_dict(state, strict=True)
+        own = self._own_state if self._own_state is not None else self.model.state_dict()
+        if state.keys() != own.keys() or any(own[k].shape != state[k].shape for k in own):
+            self.model.load_state_dict(state, strict=True)  # raises, naming what differs
+            return
+        with torch.no_grad():  # in place, tensor by tensor: what load_state_dict does, without its module walk
+            for key, tensor in own.items():
+                tensor.copy_(state[key])
+        self._own_state = own
 
     def close(self) -> None:
         """Nothing to release: the engine is a module in this process."""
