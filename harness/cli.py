@@ -47,7 +47,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--checks", nargs="+", default=None, metavar="NAME")
     run.add_argument("--out", type=Path, default=None, help="default: reports/<matrix name>")
     run.add_argument("--env-root", type=Path, default=Path(os.environ.get("HARNESS_ENV_ROOT", ".harness/envs")))
-    run.add_argument("--jobs", type=int, default=1)
+    run.add_argument("--jobs", default="auto", metavar="N|auto",
+                     help="cells at once (default auto: from usable cores and available memory)")
+    run.add_argument("--no-fork", action="store_true",
+                     help="each check in a fresh interpreter (default: forked from one per cell that imports once)")
     run.add_argument("--redo", action="store_true", help="run finished cells again")
     run.add_argument("--no-reuse", action="store_true",
                      help="run every check, even where another cell's result was made with the same loaded versions")
@@ -88,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="write DIR's (cell, check) statuses as the baseline FILE")
 
     sub.add_parser("envinfo", help="print this environment's capture as JSON")
+    # Inside a cell: import once, fork each check (execution/forkserver.py); not for users.
+    srv = sub.add_parser("checkserver")
+    srv.add_argument("--preload", default=None, help="comma-separated modules (default: forkserver.PRELOAD)")
 
     rp = sub.add_parser("repro", help="rebuild a cell's exact environment from its lock and rerun one check")
     rp.add_argument("cell")
@@ -192,8 +198,7 @@ def cmd_run(args) -> int:
     unknown = checks.unknown_checks(args.checks or [])
     if unknown:
         raise InputError(f"--checks: unknown check {unknown[0]!r}; expected one of {', '.join(checks.CHECKS)}")
-    if args.jobs < 1:
-        raise InputError("--jobs: expected a whole number of at least 1")
+    jobs = _jobs(args.jobs)
     _check_seed_and_steps(args)
     if not 0 <= args.retries <= 10:
         raise InputError("--retries: expected a whole number from 0 to 10")
@@ -215,9 +220,14 @@ def cmd_run(args) -> int:
                 wanted.setdefault(dist, set()).add(version)
         index.check_releases(wanted, m.locate)
     out = args.out or Path("reports") / m.name
-    opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=args.jobs, redo=args.redo,
+    if jobs is None and args.ray is None:
+        from harness.execution.jobs import auto_jobs
+
+        jobs, why = auto_jobs(cells)
+        print(f"jobs: {jobs} cells at once ({why})", file=sys.stderr)
+    opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=jobs or 1, redo=args.redo,
                       checks=tuple(args.checks or ()), seed=args.seed, steps=args.steps, timeout=args.timeout,
-                      retries=args.retries, reuse=not args.no_reuse)
+                      retries=args.retries, reuse=not args.no_reuse, fork=not args.no_fork)
     with nullcontext() if args.under_host_lock else results_lock(out):  # one run per directory (execution/lock.py)
         print(f"matrix {m.name}: {len(cells)} cells, checks {', '.join(opts.checks or m.checks)} -> {out}",
               file=sys.stderr)
@@ -230,6 +240,15 @@ def cmd_run(args) -> int:
         if not args.no_report:
             _write_report(out)
     return 0
+
+
+def _jobs(value: str) -> int | None:
+    """--jobs: a whole number of at least 1, or auto (None: decided once the cells are known)."""
+    if value == "auto":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise InputError(f"--jobs: expected a whole number of at least 1 or auto, got {value!r}")
+    return int(value)
 
 
 def _write_report(directory: Path) -> None:
@@ -331,6 +350,12 @@ def cmd_envinfo(args) -> int:
     return 0
 
 
+def cmd_checkserver(args) -> int:
+    from harness.execution import forkserver
+
+    return forkserver.main(tuple(filter(None, args.preload.split(","))) if args.preload is not None else None)
+
+
 def cmd_repro(args) -> int:
     from harness.trust.repro import check_cell_id, repro
 
@@ -386,7 +411,8 @@ def cmd_ci(args) -> int:
 
 
 COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo,
-            "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect, "plan": plan_command.cmd_plan}
+            "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect, "plan": plan_command.cmd_plan,
+            "checkserver": cmd_checkserver}
 
 
 def _interrupt_on_sigterm() -> None:

@@ -183,6 +183,7 @@ def run_args(cell, matrix, opts, image: Image, environ: dict[str, str] | None = 
     command += ["--checks", *opts.checks] if opts.checks else []
     command += ["--redo"] if opts.redo else []
     command += [] if opts.reuse else ["--no-reuse"]
+    command += [] if opts.fork else ["--no-fork"]
     uid, gid = os.getuid(), os.getgid()
     return {"command": command, "name": f"harness-{tag}-{cell.id}", "labels": {"qwen35-harness.cell": cell.id},
             "mounts": mounts, "environment": env, "working_dir": OUT, "user": f"{uid}:{gid}",

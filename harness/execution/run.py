@@ -36,6 +36,7 @@ from harness.results.records import (
 from trainers import determinism
 
 from . import loaded, runner
+from .forkclient import CheckProcesses
 from .progress import Progress
 from .reuse import CellReuse, ReuseIndex, context, harness_revision
 
@@ -58,6 +59,7 @@ class RunOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     reuse: bool = True  # reuse a result of another cell that loaded exactly this cell's versions (reuse.py)
     reuse_index: ReuseIndex | None = field(default=None, repr=False, compare=False)  # shared by a run's cells
+    fork: bool = True  # checks forked from one interpreter per cell that imports once; False: fresh ones
 
 
 def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
@@ -153,6 +155,7 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
             name, Status.SKIP, reason, failure_class="infra"))
         return _finish(result, cell, opts, start)
     env, attempts, failure = None, [], "infra"
+    phase = time.perf_counter()
     for _ in range(opts.retries + 1):
         try:
             env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, python,
@@ -166,6 +169,7 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
             env = None
             if failure == "test":
                 break  # the pins conflict: trying again cannot help
+    result.phases["environment"] = round(time.perf_counter() - phase, 3)
     if env is None:
         what = "the pins cannot be installed together" if failure == "test" else "environment setup failed"
         result.checks = combine_checks(wanted, kept, lambda name: CheckResult(
@@ -173,10 +177,21 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
             attempts=attempts[:-1]))
     else:
         result.lock = str(rel / "lock.txt")
-        result.environment = _capture(env, opts)
-        cell_reuse = _cell_reuse(cell, env, opts, result.environment)
-        result.checks = combine_checks(wanted, kept, lambda name: _reused_or_run(
-            name, cell, cell_reuse, lambda run_opts: _one_check(name, cell, matrix, env, run_opts, rel), opts))
+        # The check server imports while the environment is captured: the two overlap.
+        to_run = [n for n in wanted if n not in kept and cell.axes["backend"] in checks.CHECKS[n].backends]
+        processes = CheckProcesses(env.python, env.run_env(check_environment(cell, opts)), setup_log,
+                                   fork=opts.fork and bool(to_run))
+        try:
+            phase = time.perf_counter()
+            result.environment = _capture(env, opts)
+            result.phases["capture"] = round(time.perf_counter() - phase, 3)
+            cell_reuse = _cell_reuse(cell, env, opts, result.environment)
+            result.phases["imports"] = processes.ready()
+            result.checks = combine_checks(wanted, kept, lambda name: _reused_or_run(
+                name, cell, cell_reuse, lambda run_opts: _one_check(name, cell, matrix, env, processes, run_opts, rel),
+                opts))
+        finally:
+            processes.close()
     return _finish(result, cell, opts, start)
 
 
@@ -226,7 +241,8 @@ def check_environment(cell: Cell, opts: RunOptions) -> dict[str, str]:
     return {**settings, **opts.extra_env, "HARNESS_DEVICE": cell.axes["device"]}
 
 
-def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts: RunOptions, rel: Path) -> CheckResult:
+def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, processes: CheckProcesses,
+               opts: RunOptions, rel: Path) -> CheckResult:
     spec = checks.CHECKS[name]
     if cell.axes["backend"] not in spec.backends:
         return CheckResult(name, Status.SKIP, f"not applicable to backend {cell.axes['backend']}")
@@ -234,9 +250,8 @@ def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts
     timeout = opts.timeout or matrix.timeout or spec.timeout
     attempts: list[dict] = []
     for attempt in range(opts.retries + 1):
-        outcome = runner.run_isolated(env.python, name, _check_args(cell, opts), opts.out_dir / log, timeout,
-                                      env.run_env(check_environment(cell, opts)),
-                                      matrix.memory_limit_mb)
+        outcome = processes.run(name, _check_args(cell, opts), opts.out_dir / log, timeout,
+                                env.run_env(check_environment(cell, opts)), matrix.memory_limit_mb)
         if outcome.status is not Status.CRASH or attempt == opts.retries:
             break
         # A crash may be the runner's (a neighbour took the memory): try again, keep why.
@@ -277,11 +292,14 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
         progress.finished(cell.id, [c.status for c in done.checks])
         return done
 
+    runner.STOPPING.clear()
     if opts.jobs <= 1:
         return [one(cell) for cell in cells]
     with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
         try:
             return list(pool.map(one, cells))
-        except BaseException:  # interrupted: workers are waiting on containers the signal cannot reach
+        except BaseException:  # interrupted: workers wait on checks and containers the signal cannot reach
+            pool.shutdown(wait=False, cancel_futures=True)
+            runner.stop_all()
             container.stop_all()
             raise

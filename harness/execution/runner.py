@@ -1,9 +1,9 @@
 """Where failures become statuses: the only module that does it.
 
 `execute` runs a check in this process (inside a cell) and turns its exceptions into a
-status. `run_isolated` runs `python -m harness check` in a child process with a timeout and
-turns what happened to the process (a crash, a hang, memory exhaustion) into a status, with
-the tail of its log, so that the run goes on.
+status. `run_isolated` runs `python -m harness check` in a fresh interpreter with a timeout, and
+`outcome` turns what happened to a check's process (a crash, a hang, memory exhaustion) into a
+status, with the tail of its log, so that the run goes on; the fork path (forkclient) ends there too.
 """
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from harness import checks
@@ -23,6 +26,10 @@ from harness.results.records import CheckResult, Status
 from .loaded import record_this_process
 
 UNAVAILABLE = "Qwen35Unavailable"
+# Check process groups running now, for a run interrupted while cells run in other threads.
+_LIVE: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+STOPPING = threading.Event()
 
 
 def execute(name: str, options: checks.CheckOptions) -> CheckResult:
@@ -46,25 +53,56 @@ def execute(name: str, options: checks.CheckOptions) -> CheckResult:
     return result
 
 
+def limit_memory(megabytes: int | None) -> None:
+    """Cap this process's address space (the matrix's memory_limit_mb); None: no cap."""
+    if megabytes:
+        import resource
+
+        limit = megabytes * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def _child_setup(megabytes: int | None):
     """Runs in the child before exec: die with the runner, and cap memory when asked."""
 
     def apply() -> None:
         die_with_parent()  # a killed runner must not leave its checks running
-        if megabytes:
-            import resource
-
-            limit = megabytes * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        limit_memory(megabytes)
 
     return apply
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(pgid: int) -> None:
+    """SIGKILL a check's process group: torchrun and its ranks live in the check's group."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun workers live in the same process group
+        os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+@contextmanager
+def live_group(pgid: int) -> Iterator[None]:
+    """Known to stop_all while the block runs."""
+    with _LIVE_LOCK:
+        _LIVE.add(pgid)
+    try:
+        yield
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(pgid)
+
+
+def stop_all() -> None:
+    """Ctrl-C with cells in several threads: only the main thread hears it, so kill every running
+    check here, and tell the other threads to start nothing more (they raise KeyboardInterrupt)."""
+    STOPPING.set()
+    with _LIVE_LOCK:
+        for pgid in list(_LIVE):
+            kill_group(pgid)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    kill_group(proc.pid)
     proc.wait()
 
 
@@ -80,15 +118,26 @@ def run_isolated(python: Path | str, name: str, args: list[str], log_path: Path,
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True, preexec_fn=_child_setup(memory_limit_mb))
         try:
-            code = proc.wait(timeout=timeout)
+            with live_group(proc.pid):
+                code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            return CheckResult(name, Status.TIMEOUT, f"no result after {timeout:.0f} s; killed. Log tail:\n"
-                               f"{tail(log_path)}", duration=round(time.perf_counter() - start, 3))
+            return timed_out(name, timeout, log_path, round(time.perf_counter() - start, 3))
         finally:
             if proc.poll() is None:  # interrupted (KeyboardInterrupt): leave no orphans
                 _kill_group(proc)
-    duration = round(time.perf_counter() - start, 3)
+    return outcome(name, code, log_path, result_path, round(time.perf_counter() - start, 3))
+
+
+def timed_out(name: str, timeout: float, log_path: Path, duration: float) -> CheckResult:
+    """A check killed at its time limit."""
+    return CheckResult(name, Status.TIMEOUT, f"no result after {timeout:.0f} s; killed. Log tail:\n{tail(log_path)}",
+                       duration=duration)
+
+
+def outcome(name: str, code: int, log_path: Path, result_path: Path, duration: float) -> CheckResult:
+    """What a finished check process left: its result file, else why it died (`code` as Popen's
+    returncode: negative for a signal). Both process paths (fresh interpreter, fork) end here."""
     if result_path.exists():
         try:
             result = CheckResult.from_dict(json.loads(result_path.read_text()))

@@ -151,6 +151,9 @@ class CellResult:
     started: str = ""
     finished: str = ""
     duration: float = 0.0
+    # Seconds per phase: environment (build and lock), capture (environment capture), imports (the
+    # check server's one import of the heavy packages; 0 when the checks ran in fresh interpreters).
+    phases: dict[str, float] = field(default_factory=dict)
 
     def check(self, name: str) -> CheckResult | None:
         return next((c for c in self.checks if c.check == name), None)
@@ -177,6 +180,7 @@ class CellResult:
             started=str(data.get("started", "")),
             finished=str(data.get("finished", "")),
             duration=float(data.get("duration", 0.0)),
+            phases={str(k): float(v) for k, v in dict(data.get("phases") or {}).items()},
         )
 
 

@@ -4,18 +4,33 @@ Registered through HARNESS_EXTRA_CHECKS; the behaviour is chosen by the check's 
 """
 import os
 import signal
+import subprocess
+import sys
 import time
 
 from harness.results.records import CheckResult, Status
 
 
-def _parent_title() -> str:
-    """The command line of the process that started this check (a Ray worker names itself ray::...)."""
+def _title(pid: int) -> str:
     try:
-        with open(f"/proc/{os.getppid()}/cmdline", "rb") as handle:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
             return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
     except OSError:
         return ""
+
+
+def _runner_pid() -> int:
+    """The process running the cell: the parent, or the parent's parent when a check server forked this."""
+    parent = os.getppid()
+    if "checkserver" not in _title(parent):
+        return parent
+    with open(f"/proc/{parent}/stat") as handle:
+        return int(handle.read().rpartition(")")[2].split()[1])
+
+
+def _parent_title() -> str:
+    """The command line of the process running the cell (a Ray worker names itself ray::...)."""
+    return _title(_runner_pid())
 
 
 def run(options):
@@ -27,7 +42,7 @@ def run(options):
         if mode == "kill-runner" or not os.path.exists(marker):
             if marker:
                 open(marker, "w").close()
-            os.kill(os.getppid(), signal.SIGKILL)
+            os.kill(_runner_pid(), signal.SIGKILL)
             time.sleep(60)  # killed with its parent (PR_SET_PDEATHSIG)
         return CheckResult("misbehave", Status.PASS, "passed after the runner was replaced",
                            metrics={"runner": _parent_title()})
@@ -44,6 +59,23 @@ def run(options):
             open(marker, "w").close()
             os.abort()
         return CheckResult("misbehave", Status.PASS, "passed on a retry")
+    if mode == "kill-server-once":  # the check server dies mid-check; the fresh interpreter's try passes
+        marker = os.environ["MISBEHAVE_MARKER"]
+        if "checkserver" in _title(os.getppid()) and not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(60)
+        return CheckResult("misbehave", Status.PASS, "passed without the check server")
+    if mode == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if mode == "hang-with-child":  # a hung check with a process of its own, as torchrun's ranks
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        with open(os.environ["MISBEHAVE_PIDS"], "a") as handle:
+            handle.write(f"{os.getpid()}\n{child.pid}\n")
+        time.sleep(3600)
+    if mode == "modules":  # what was imported before the check's own code ran
+        return CheckResult("misbehave", Status.PASS, "modules", metrics={
+            "preloaded": sorted(m for m in ("torch", "transformers") if m in sys.modules), "pid": os.getpid()})
     if mode == "raise":
         raise RuntimeError("the check itself is broken")
     if mode == "abort":

@@ -1,0 +1,150 @@
+"""The check server: one interpreter per cell imports the heavy packages once, then forks one process
+per check (`python -m harness checkserver`, started by forkclient in the cell's environment).
+
+Each forked check is set up as a fresh `python -m harness check` would be: its own session (a timeout
+kills its whole process group, torchrun ranks included), SIGKILL when the server dies (the server
+itself dies with the runner: runner -> server -> check), the matrix's memory limit, stdout and stderr
+into its own log, and the same `harness check` entry, so `runner.execute` runs it and writes its
+result file. The server runs one check at a time and only reports pids and exit statuses; the runner
+keeps the clock and the verdicts (runner.outcome).
+
+Forking is safe only from a process with one thread: the server refuses (and the cell falls back to
+fresh interpreters) when an import started a thread, native ones included, or initialised CUDA.
+
+Protocol: JSON lines. Server -> runner: {"ready": true, "imports": s, "modules": [...]} or
+{"ready": false, "reason": ...}; then per request {"started": pid} and {"exited": pid, "code": c}.
+Runner -> server: {"check", "args", "log", "result", "memory_limit_mb"}; end of input stops it.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import runpy
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from harness.envs.lifetime import die_with_parent
+
+from . import runner
+
+# What (nearly) every check imports, heaviest first; each only where installed. Reuse across cells
+# counts every module the server imported as loaded by each check (execution/loaded.py), so a package
+# only some checks import stays out: tensordict (not in stack-smoke, patch-parity, offload-regression,
+# launch-plans) and megatron-core would stop their reuse across those axes. vLLM is left to its checks:
+# its engine starts worker processes of its own.
+PRELOAD = ("torch", "numpy", "torch.distributed", "torch.distributed.fsdp", "transformers",
+           "transformers.models.qwen3_5.modeling_qwen3_5", "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
+           "harness.cli")
+EXIT_ORPHANED = 70  # the server died between fork and PDEATHSIG: nobody waits for this check
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing (transformers without qwen3_5)
+        return False
+
+
+def preload(modules=PRELOAD) -> list[str]:
+    """Import every installed module of `modules`; raises what an import raises: a half-imported
+    package would make a forked check behave unlike a fresh interpreter, so the cell falls back."""
+    loaded = []
+    for module in modules:
+        if installed(module):
+            importlib.import_module(module)
+            loaded.append(module)
+    return loaded
+
+
+def fork_hazards() -> list[str]:
+    """Why forking this process now would be unsafe (threads do not survive a fork); empty if none."""
+    hazards = []
+    if threading.active_count() > 1:
+        hazards.append(f"{threading.active_count()} Python threads")
+    tasks = Path("/proc/self/task")
+    if tasks.is_dir() and len(os.listdir(tasks)) > 1:  # native threads too: an OpenMP or intra-op pool
+        hazards.append(f"{len(os.listdir(tasks))} native threads")
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        hazards.append("CUDA is initialised")
+    return hazards
+
+
+def _send(channel: int, message: dict) -> None:
+    os.write(channel, (json.dumps(message) + "\n").encode())  # one write per line: never half a message
+
+
+def _run_check(request: dict, server_pid: int, channels: tuple[int, ...]) -> None:
+    """In the forked child: set up as a fresh check process would be, run the check, never return."""
+    code = 1
+    try:
+        os.setsid()  # its own process group: a timeout kills it and what it started
+        die_with_parent()
+        if os.getppid() != server_pid:  # the server died before PDEATHSIG was set
+            os._exit(EXIT_ORPHANED)
+        for fd in channels:
+            os.close(fd)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(null)
+        os.environ.update(request.get("env", {}))  # the check's own variables (reuse's import record)
+        for key in request.get("unset", []):
+            os.environ.pop(key, None)
+        runner.limit_memory(request.get("memory_limit_mb"))
+        sys.argv = ["-m", "check", request["check"], "--result-file", request["result"], *request["args"]]
+        runpy.run_module("harness", run_name="__main__", alter_sys=True)  # `python -m harness check ...`
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - whatever escapes is the check's crash, told in its log
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)  # never back into the server's loop (nor its atexit handlers)
+
+
+def serve(requests, replies: int, modules=PRELOAD) -> int:
+    start = time.perf_counter()
+    try:
+        loaded = preload(modules)
+    except BaseException as exc:  # noqa: BLE001 - any failed import: the cell runs fresh interpreters
+        _send(replies, {"ready": False, "reason": f"import failed: {type(exc).__name__}: {exc}"[:1000]})
+        return 1
+    hazards = fork_hazards()
+    if hazards:
+        _send(replies, {"ready": False, "reason": "unsafe to fork after the imports: " + ", ".join(hazards)})
+        return 1
+    _send(replies, {"ready": True, "imports": round(time.perf_counter() - start, 3), "modules": loaded})
+    server_pid = os.getpid()
+    for line in requests:
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()  # or the child would write the server's buffered output again
+        pid = os.fork()
+        if pid == 0:
+            _run_check(request, server_pid, (requests.fileno(), replies))
+        _send(replies, {"started": pid})
+        _, status = os.waitpid(pid, 0)
+        _send(replies, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+    return 0
+
+
+def main(modules=None) -> int:
+    """Entry of `python -m harness checkserver`: replies go to a private copy of stdout, and stdout
+    itself to stderr (the cell's setup log), so nothing an import prints can garble the protocol."""
+    replies = os.dup(1)
+    os.dup2(2, 1)
+    return serve(sys.stdin, replies, PRELOAD if modules is None else modules)

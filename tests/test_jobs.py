@@ -1,0 +1,104 @@
+"""`--jobs auto` picks the number of parallel cells from cores and available memory, and the progress
+output stays one whole line per event when cells finish at the same moment."""
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from harness.execution import jobs
+from harness.execution.progress import Progress
+from harness.results.records import Status
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cell(backend="fsdp", **axes):
+    return SimpleNamespace(axes={"backend": backend, "device": "cpu", **axes})
+
+
+def _meminfo(tmp_path, available_kb: int) -> Path:
+    path = tmp_path / "meminfo"
+    path.write_text(f"MemTotal:       25000000 kB\nMemFree:         1000000 kB\nMemAvailable:   {available_kb} kB\n")
+    return path
+
+
+def test_auto_picks_one_when_memory_is_short(tmp_path):
+    short = _meminfo(tmp_path, 2 * 1024 * 1024)  # 2 GiB: less than one FSDP cell's budget
+    picked, why = jobs.auto_jobs([_cell(), _cell(), _cell()], cores=8, meminfo=short)
+    assert picked == 1 and "2.0 GiB available" in why
+
+
+def test_auto_runs_fsdp_cells_side_by_side_where_cores_and_memory_allow(tmp_path):
+    plenty = _meminfo(tmp_path, 24 * 1024 * 1024)
+    assert jobs.auto_jobs([_cell()] * 5, cores=2, meminfo=plenty)[0] == 2
+    assert jobs.auto_jobs([_cell()] * 20, cores=16, meminfo=plenty)[0] == 24 * 1024 // jobs.FSDP.memory_mb
+    assert jobs.auto_jobs([_cell()], cores=16, meminfo=plenty)[0] == 1  # never more than the cells
+
+
+def test_a_cell_with_ranks_of_its_own_counts_as_more_than_one_core(tmp_path):
+    plenty = _meminfo(tmp_path, 24 * 1024 * 1024)
+    picked, why = jobs.auto_jobs([_cell(), _cell("megatron")], cores=2, meminfo=plenty)
+    assert picked == 1 and "a Megatron cell needs 2 cores" in why
+    assert jobs.auto_jobs([_cell(vllm="0.32.0")] * 4, cores=4, meminfo=plenty)[0] == 2
+    assert jobs.auto_jobs([_cell(mode="fully-async")] * 4, cores=1, meminfo=plenty)[0] == 1  # at least one
+
+
+def test_unreadable_meminfo_leaves_the_choice_to_the_cores(tmp_path):
+    assert jobs.available_memory_mb(tmp_path / "missing") is None
+    (tmp_path / "odd").write_text("MemAvailable: lots\n")
+    assert jobs.available_memory_mb(tmp_path / "odd") is None
+    assert jobs.auto_jobs([_cell()] * 3, cores=3, meminfo=tmp_path / "missing")[0] == 3
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+def test_a_bad_jobs_value_is_one_line_naming_it(tmp_path, value):
+    argv = [sys.executable, "-m", "harness", "run", "tests/resources/matrices/small.toml", "--jobs", value,
+            "--no-index-check", "--out", str(tmp_path)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"error: --jobs: expected a whole number of at least 1 or auto, got {value!r}"
+
+
+class _SlowStream:
+    """A stream that yields between characters, so unlocked writers would interleave."""
+
+    def __init__(self):
+        self.text, self.writes = "", []
+
+    def write(self, text):
+        self.writes.append(text)
+        for char in text:
+            self.text += char
+            threading.Event().wait(0.0001)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("interactive", [False, True])
+def test_two_cells_finishing_together_write_whole_lines(interactive):
+    stream = _SlowStream()
+    progress = Progress(2, stream=stream, interactive=interactive)
+    gate = threading.Barrier(2)
+
+    def cell(name):
+        progress.started(name)
+        gate.wait()
+        progress.finished(name, [Status.PASS, Status.FAIL])
+
+    threads = [threading.Thread(target=cell, args=(name,)) for name in ("cell-a", "cell-b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert "".join(stream.writes) == stream.text  # each write landed whole, one after the other
+    finished = [line.rpartition("\r\x1b[K")[2].split(" (")[0] for line in stream.text.split("\n") if "pass" in line]
+    assert sorted(f[:5] for f in finished) == ["[1/2]", "[2/2]"]  # one line per cell, counted once each
+    assert sorted(f[6:] for f in finished) == ["cell-a: 1 fail, 1 pass", "cell-b: 1 fail, 1 pass"]
+    if interactive:  # the bar names both running cells at once
+        assert "running cell-a, cell-b" in stream.text or "running cell-b, cell-a" in stream.text
+    else:
+        assert "\x1b" not in stream.text and stream.text.endswith("\n")
