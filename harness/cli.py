@@ -220,17 +220,20 @@ def cmd_run(args) -> int:
                 wanted.setdefault(dist, set()).add(version)
         index.check_releases(wanted, m.locate)
     out = args.out or Path("reports") / m.name
+    chosen = None
     if jobs is None and args.ray is None:
         from harness.execution.jobs import auto_jobs
 
         jobs, why = auto_jobs(cells)
-        print(f"jobs: {jobs} cells at once ({why})", file=sys.stderr)
+        chosen = f"jobs: {jobs} cells at once ({why})"
     opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=jobs or 1, redo=args.redo,
                       checks=tuple(args.checks or ()), seed=args.seed, steps=args.steps, timeout=args.timeout,
                       retries=args.retries, reuse=not args.no_reuse, fork=not args.no_fork)
     with nullcontext() if args.under_host_lock else results_lock(out):  # one run per directory (execution/lock.py)
         print(f"matrix {m.name}: {len(cells)} cells, checks {', '.join(opts.checks or m.checks)} -> {out}",
               file=sys.stderr)
+        if chosen:
+            print(chosen, file=sys.stderr)
         if args.ray is not None:
             from harness.execution.ray_dispatch import run_on_ray
 

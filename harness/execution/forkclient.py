@@ -75,7 +75,11 @@ class CheckServer:
                     exited = self._receive(timeout)
             except TimeoutError:
                 runner.kill_group(pid)
-                exited = self._answer()  # reaped by the server
+                try:
+                    exited = self._answer()  # reaped by the server
+                except ServerUnavailable:  # the verdict stands; the next check finds the server gone
+                    exited = {}
+                    self.proc.kill()
                 return runner.timed_out(name, timeout, log_path, round(time.perf_counter() - start, 3))
         finally:
             if exited is None:  # interrupted, or the server died: leave no part of the check running

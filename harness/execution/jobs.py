@@ -66,6 +66,6 @@ def auto_jobs(cells, cores: int | None = None, memory_mb: int | None = None,
     by_memory = by_cores if memory_mb is None else memory_mb // max(c.memory_mb for c in costs)
     jobs = max(1, min(len(cells) or 1, by_cores, by_memory))
     memory = "memory unknown" if memory_mb is None else f"{memory_mb / 1024:.1f} GiB available"
-    why = (f"{cores} usable cores, {memory}; a {heaviest.kind} cell needs {heaviest.cores} "
+    why = (f"{cores} usable cores, {memory}; the heaviest cell ({heaviest.kind}) needs {heaviest.cores} "
            f"core{'s' if heaviest.cores > 1 else ''} and {max(c.memory_mb for c in costs) / 1024:.1f} GiB")
     return jobs, why
