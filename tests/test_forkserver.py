@@ -69,6 +69,24 @@ def test_a_forked_check_gives_the_fresh_interpreters_result(tmp_path, project_en
     assert forked["metrics"]["runner"] == fresh["metrics"]["runner"] != ""
 
 
+def test_a_forked_check_gets_its_own_environment_not_the_servers(tmp_path, project_env):
+    # The server starts with MISBEHAVE=exit; each check's environment (as reuse's import record sets per
+    # check) replaces it: one sets another value, one removes the variable (the check's default is pass).
+    server_env = _env(project_env, "exit", tmp_path)
+    processes = CheckProcesses(sys.executable, server_env, tmp_path / "setup.log", preload=LIGHT)
+    try:
+        processes.ready()
+        changed = processes.run("misbehave", [], tmp_path / "logs" / "a.log", 60, {**server_env, "MISBEHAVE": "pass"})
+        removed = processes.run("misbehave", [], tmp_path / "logs" / "b.log", 60,
+                                {k: v for k, v in server_env.items() if k != "MISBEHAVE"})
+        assert processes.server is not None  # both ran forked
+        default = processes.run("misbehave", [], tmp_path / "logs" / "c.log", 60)
+    finally:
+        processes.close()
+    assert changed.status is Status.PASS and removed.status is Status.PASS
+    assert default.status is Status.CRASH and "exited with status 3" in default.message  # the server's own
+
+
 @pytest.mark.parametrize("mode, memory, why", [
     ("segv", None, "killed by SIGSEGV"),
     ("memory", 1024, "out of memory"),

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.slow
 def _run(tmp_path: Path, env: dict, *extra: str) -> dict[str, dict[str, dict]]:
     (tmp_path / "m.toml").write_text(MATRIX)
     done = subprocess.run([sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out",
-                           str(tmp_path / "out"), "--env-root", str(tmp_path / "envs"), "--no-index-check", *extra],
+                           str(tmp_path / "out"), "--env-root", str(tmp_path / "envs"), "--no-index-check",
+                           "--jobs", "1", *extra],  # one after the other: cells running together do not reuse
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     cells = {}
