@@ -69,6 +69,17 @@ def test_a_forked_check_gives_the_fresh_interpreters_result(tmp_path, project_en
     assert forked["metrics"]["runner"] == fresh["metrics"]["runner"] != ""
 
 
+def test_a_forked_checks_output_and_its_childrens_go_to_its_own_log(tmp_path, project_env):
+    env = _env(project_env, "talk", tmp_path)
+    assert _forked(tmp_path, env).status is Status.PASS
+    assert _fresh(tmp_path, env).status is Status.PASS
+    forked = (tmp_path / "logs" / "misbehave.log").read_text()
+    fresh = (tmp_path / "fresh" / "misbehave.log").read_text()
+    for line in ("said on stdout", "said on stderr", "said by a child process"):
+        assert line in forked and line in fresh
+    assert "check server" not in forked  # nothing of the server's own output
+
+
 def test_a_forked_check_gets_its_own_environment_not_the_servers(tmp_path, project_env):
     # The server starts with MISBEHAVE=exit; each check's environment (as reuse's import record sets per
     # check) replaces it: one sets another value, one removes the variable (the check's default is pass).

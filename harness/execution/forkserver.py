@@ -87,15 +87,14 @@ def _run_check(request: dict, server_pid: int, channels: tuple[int, ...]) -> Non
         die_with_parent()
         if os.getppid() != server_pid:  # the server died before PDEATHSIG was set
             os._exit(EXIT_ORPHANED)
-        for fd in channels:
-            os.close(fd)
+        # Opened before anything is closed, so neither can land on 0, 1 or 2 and be overwritten below.
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
         null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
+        os.dup2(null, 0)  # also drops the request pipe, the server's stdin
         os.dup2(log, 1)
         os.dup2(log, 2)
-        os.close(log)
-        os.close(null)
+        for fd in {log, null, *channels} - {0, 1, 2}:
+            os.close(fd)
         os.environ.update(request.get("env", {}))  # the check's own variables (reuse's import record)
         for key in request.get("unset", []):
             os.environ.pop(key, None)

@@ -66,6 +66,11 @@ def run(options):
             os.kill(os.getppid(), signal.SIGKILL)
             time.sleep(60)
         return CheckResult("misbehave", Status.PASS, "passed without the check server")
+    if mode == "talk":  # output of the check and of a process it starts: all of it belongs in its log
+        print("said on stdout", flush=True)
+        print("said on stderr", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-c", "print('said by a child process')"], check=True)
+        return CheckResult("misbehave", Status.PASS, "talked")
     if mode == "segv":
         os.kill(os.getpid(), signal.SIGSEGV)
     if mode == "hang-with-child":  # a hung check with a process of its own, as torchrun's ranks
