@@ -168,4 +168,4 @@ def _restart(stale_part: str = "no weight has this in its name"):
 def test_moe_passes_with_a_fresh_engine_and_fails_when_the_experts_are_not_synced(monkeypatch):
     _, broken = _good_and_broken(monkeypatch, "moe", _restart(".experts."), good_sync=_restart())
     verdict = _verdict(broken, "moe/weight-sync")
-    assert verdict.status is Status.FAIL and verdict.metrics["max_abs_error"] > vllm_rollout.TOLERANCE["bfloat16"]
+    assert verdict.status is Status.FAIL and verdict.metrics["max_abs_error"] > vllm_rollout.tolerance_for("moe")
