@@ -156,10 +156,10 @@ def start_engine(kind: str, policy):
 class _Probe:
     """The prompts, seeds and images of one kind's run, and the engine samples they give."""
 
-    def __init__(self, kind: str, policy, seed: int, directory: str):
+    def __init__(self, kind: str, policy, seed: int):
         from trainers.tasks import make_task
 
-        self.kind, self.policy, self.seed, self.directory = kind, policy, seed, directory
+        self.kind, self.policy, self.seed = kind, policy, seed
         self.task = make_task("target-set")
         group = ROWS // PROMPTS
         self.prompts = [p for p in self.task.prompts(PROMPTS, random.Random(seed)) for _ in range(group)]
@@ -171,7 +171,8 @@ class _Probe:
         """(text batch, image rows) sampled at temperature 1 with the probe's seeds (+ shift)."""
         seeds = [s + shift for s in self.seeds]
         batch = rollout.generate(self.prompts, NEW_TOKENS, 1.0, seeds)
-        rows = (vllm_vision.generate(rollout, self.policy.config, self.directory, self.image_prompts,
+        # The image processor from the folder this engine loaded (a sync may have started a new engine).
+        rows = (vllm_vision.generate(rollout, self.policy.config, str(rollout.model_dir), self.image_prompts,
                                      seeds[:len(self.image_prompts)], self.seed, NEW_TOKENS, 1.0)
                 if self.image_prompts else [])
         return batch, rows
@@ -207,7 +208,7 @@ def kind_verdicts(kind: str, options: CheckOptions, engine: dict, sync=None) -> 
     verdicts = [Verdict(f"{kind}/load", Status.PASS, f"{label} loaded the tiny Qwen3.5 {kind} model ({architecture})",
                         {"engine": engine, "architecture": architecture})]
     tolerance = tolerance_for(kind)
-    probe = _Probe(kind, policy, options.seed, rollout.saved_policy.name)
+    probe = _Probe(kind, policy, options.seed)
     try:
         batch, rows = probe.sample(rollout)
         for suffix, error in probe.errors(policy, batch, rows).items():
@@ -216,7 +217,7 @@ def kind_verdicts(kind: str, options: CheckOptions, engine: dict, sync=None) -> 
             policy, rollout.generate(probe.greedy_prompts, NEW_TOKENS, 0.0, 0)), engine, label))
         if probe.image_prompts:
             shown = probe.greedy_prompts[:IMAGE_PROMPTS * 2]
-            greedy_rows = vllm_vision.generate(rollout, policy.config, probe.directory, shown, [0] * len(shown),
+            greedy_rows = vllm_vision.generate(rollout, policy.config, str(rollout.model_dir), shown, [0] * len(shown),
                                                options.seed, NEW_TOKENS, 0.0)
             verdicts.append(_greedy(f"{kind}/greedy-image",
                                     vllm_vision.greedy_agreement(policy, greedy_rows, GREEDY_MARGIN), engine, label))
