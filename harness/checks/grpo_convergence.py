@@ -330,7 +330,7 @@ def regenerate(model: str, backend: str, work_dir: Path, argv: list[str], stalen
         from . import vllm_engine
 
         old.update(trainer_args={**old.get("trainer_args", {}), "rollout": "vllm"},
-                   model_config=vllm_engine.HEAD_DIMS, nproc=1)
+                   model_config=vllm_engine.ROLLOUT_MODEL_CONFIG, nproc=1)
     settings = {**DEFAULT_TOLERANCES, "steps": 20, "seed": 0, "trainer_args": {}, **old}
     if staleness is not None:
         settings["trainer_args"] = {**settings["trainer_args"], "mode": "fully-async", "staleness": staleness}

