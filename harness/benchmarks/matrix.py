@@ -142,6 +142,7 @@ def bench(chosen: Slice, work: Path) -> dict:
     old_flags, old_lacks = usable_flags(OLD_WAY)
     new_flags, new_lacks = usable_flags(NEW_WAY)
     figures: dict = {"date": dt.date.today().isoformat(), "machine": machine(), "matrix": chosen.matrix_file.name,
+                     "harness_revision": envinfo.project_revision(),
                      "cells": ids, "checks": list(chosen.checks) or "the matrix's",
                      "harness_lacks": old_lacks + new_lacks, "uv_cache_warm_up_s": warm_uv_cache(cells, work / "warm")}
     figures["old_way"] = timed_run(chosen, ids, old_flags, work / "old", work / "old-envs", work)
@@ -155,7 +156,7 @@ def bench(chosen: Slice, work: Path) -> dict:
 
 
 def _row(label: str, values: list) -> str:
-    return f"{label:<34}" + "".join(f"{v:>12}" for v in values)
+    return f"{label:<38}" + "".join(f"{v:>12}" for v in values)
 
 
 def describe(figures: dict) -> str:
