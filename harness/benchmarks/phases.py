@@ -3,14 +3,25 @@
 Summed over the cells the run actually ran (a cell whose file kept its start time was reused whole):
 each phase a cell records in `phases` (environment, capture, imports), each check's duration by name
 (only checks run here: a result reused from another cell or kept from the directory's earlier run
-cost nothing now, and is counted instead), and the rest of each cell's time as "other". The files are
-read as plain JSON, so a harness that does not record phases or reuse yet is measured too (its
-environment and capture time then shows as "other"). With cells in parallel the sums exceed the wall time.
+cost nothing now, and is counted instead), and the rest of each cell's time as "other" (capture and
+imports overlap, so "other" subtracts the longer of the two). The files are read as plain JSON, so a
+harness that does not record phases or reuse yet is measured too (its environment and capture time then
+shows as "other"). With cells in parallel the sums exceed the wall time.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+# Phases that run at the same time (the check server imports while the environment is captured): the
+# cell time they cover together is the longest of them, not their sum.
+CONCURRENT = ("capture", "imports")
+
+
+def _covered(recorded: dict[str, float]) -> float:
+    """Cell seconds the recorded phases cover."""
+    apart = sum(v for k, v in recorded.items() if k not in CONCURRENT)
+    return apart + max((v for k, v in recorded.items() if k in CONCURRENT), default=0.0)
 
 
 def snapshot(out_dir: Path) -> dict[str, dict]:
@@ -60,7 +71,7 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
             else:
                 in_checks += float(check.get("duration") or 0)
                 _count_check(checks, name, "ran", float(check.get("duration") or 0))
-        other = float(cell.get("duration") or 0) - sum(recorded.values()) - in_checks
+        other = float(cell.get("duration") or 0) - _covered(recorded) - in_checks
         phases["other"] = round(phases.get("other", 0.0) + max(other, 0.0), 3)
     return {"cells_run": cells_run, "cells_kept": cells_kept, "phases_s": phases, "checks": checks,
             "checks_reused": sum(c["reused"] for c in checks.values())}
