@@ -101,16 +101,22 @@ def _harness(argv: list[str], log: Path, cwd: Path) -> tuple[int, float]:
     return done.returncode, round(time.perf_counter() - start, 2)
 
 
-def timed_run(chosen: Slice, cell_ids: list[str], flags: list[str], out: Path, env_root: Path, work: Path) -> dict:
+def _jobs_line(log: Path) -> str | None:
+    """What `--jobs auto` chose and why, as the harness printed it (None when it printed no such line)."""
+    return next((line for line in log.read_text(errors="replace").splitlines() if line.startswith("jobs:")), None)
+
+
+def timed_run(label: str, chosen: Slice, cell_ids: list[str], flags: list[str], out: Path, env_root: Path,
+              work: Path) -> dict:
     """One `harness run` then `harness report` of the slice: wall time, load, exit statuses, breakdown."""
-    log = work / f"{out.name}.log"
+    log = work / f"{label}.log"
     load_start, before = os.getloadavg(), phases.snapshot(out)
     argv = ["run", str(chosen.matrix_file), "--cells", *cell_ids, "--out", str(out), "--env-root", str(env_root),
             "--no-report", *flags] + (["--checks", *chosen.checks] if chosen.checks else [])
     run_status, run_s = _harness(argv, log, work)
     report_status, report_s = _harness(["report", str(out)], log, work)
     figures = {"flags": flags, "wall_s": round(run_s + report_s, 2), "run_s": run_s, "report_s": report_s,
-               "exit_status": run_status, "report_exit_status": report_status,
+               "exit_status": run_status, "report_exit_status": report_status, "jobs": _jobs_line(log),
                "load_average_start": [round(x, 2) for x in load_start],
                "load_average_end": [round(x, 2) for x in os.getloadavg()],
                **phases.breakdown(before, phases.snapshot(out))}
@@ -145,10 +151,10 @@ def bench(chosen: Slice, work: Path) -> dict:
                      "harness_revision": envinfo.project_revision(),
                      "cells": ids, "checks": list(chosen.checks) or "the matrix's",
                      "harness_lacks": old_lacks + new_lacks, "uv_cache_warm_up_s": warm_uv_cache(cells, work / "warm")}
-    figures["old_way"] = timed_run(chosen, ids, old_flags, work / "old", work / "old-envs", work)
-    figures["new_way"] = timed_run(chosen, ids, new_flags, work / "new", work / "new-envs", work)
+    figures["old_way"] = timed_run("old-way", chosen, ids, old_flags, work / "old", work / "old-envs", work)
+    figures["new_way"] = timed_run("new-way", chosen, ids, new_flags, work / "new", work / "new-envs", work)
     new_cold = _keep_cells(work / "new", work / "new-cold") if (work / "new" / "cells").is_dir() else work / "new-cold"
-    figures["warm_rerun"] = timed_run(chosen, ids, new_flags, work / "new", work / "new-envs", work)
+    figures["warm_rerun"] = timed_run("warm-rerun", chosen, ids, new_flags, work / "new", work / "new-envs", work)
     figures["old_to_new_ratio"] = round(figures["old_way"]["wall_s"] / max(figures["new_way"]["wall_s"], 1e-3), 2)
     figures["verdicts"] = {"old_vs_new": verdicts(work / "old", new_cold),
                            "new_vs_warm_rerun": verdicts(new_cold, work / "new")}
@@ -180,6 +186,8 @@ def describe(figures: dict) -> str:
                                                          for t in tallies]))
     lines.append(_row("  report s", [r["report_s"] for r in runs]))
     lines.append(f"old / new: {figures['old_to_new_ratio']}x")
+    labels = ("old way", "new way", "warm rerun")
+    lines += [f"{label}: {run['jobs']}" for label, run in zip(labels, runs) if run["jobs"]]
     for pair, found in figures["verdicts"].items():
         lines.append(f"verdicts {pair.replace('_', ' ')}: " + (found if isinstance(found, str) else
                                                                f"{len(found)} differ\n  " + "\n  ".join(found)))
