@@ -37,7 +37,8 @@ def test_the_vllm_reference_curve_says_how_it_was_made():
     import json
 
     reference = json.loads(grpo_convergence.reference_path("fsdp", "text", rollout="vllm").read_text())
-    assert reference["trainer_args"]["rollout"] == "vllm" and reference["model_config"] == vllm_engine.ROLLOUT_MODEL_CONFIG
+    assert reference["trainer_args"]["rollout"] == "vllm"
+    assert reference["model_config"] == vllm_engine.ROLLOUT_MODEL_CONFIG
     assert "--rollout vllm" in reference["made_with"]["command"]
     assert reference["made_with"]["engine"]["name"].startswith("vllm")
 
