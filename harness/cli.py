@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -75,7 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--model-config", type=Path, default=None)
     chk.add_argument("--seed", type=int, default=0)
     chk.add_argument("--steps", type=int, default=None)
-    chk.add_argument("--work-dir", type=Path, default=None)
+    chk.add_argument("--work-dir", type=Path, default=None,
+                     help="where the check writes its work files (default: a temporary directory, removed "
+                          "unless the check fails, then kept and named)")
     chk.add_argument("--result-file", type=Path, default=None, help=argparse.SUPPRESS)
 
     rep = sub.add_parser("report", help="render the support table of a results directory")
@@ -269,10 +273,18 @@ def cmd_check(args) -> int:
     _check_seed_and_steps(args)
     if args.model_config is not None:
         _check_model_config(args.model_config, args.model)
-    work = args.work_dir or (args.result_file.parent if args.result_file else Path.cwd())
+    work = args.work_dir or (args.result_file.parent if args.result_file else None)
+    scratch = work is None
+    if scratch:
+        # Never litter the current directory (a run from the repository root once almost committed one).
+        work = Path(tempfile.mkdtemp(prefix=f"harness-check-{args.name}-"))
     options = CheckOptions(model=args.model, backend=args.backend, seed=args.seed, steps=args.steps,
                            model_config=args.model_config, work_dir=work, mode=args.mode)
     result = runner.execute(args.name, options)
+    if scratch and not result.status.is_failure:
+        shutil.rmtree(work, ignore_errors=True)
+    elif scratch:
+        print(f"work files kept in {work}", file=sys.stderr)
     if args.result_file:
         write_json_atomic(args.result_file, result.to_dict())
     if args.json:
