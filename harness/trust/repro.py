@@ -2,9 +2,8 @@
 lock and reruns the check: `python -m harness repro CELL_ID --check NAME`."""
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
+from shlex import quote
 
 from harness.envs import cellenv, interpreters
 from harness.errors import EnvironmentMissing, InputError
@@ -12,16 +11,13 @@ from harness.execution import runner
 from harness.matrix.axes import CELL_ID_RE
 from harness.results.records import CheckResult, load_cell
 
-_PLAIN = re.compile(r"^[A-Za-z0-9_.+\-/=:]+$")
-
 
 def command(cell_id: str, check: str, results_dir: str | None = None) -> str:
-    """The repro command the report shows for one entry (quoted for a POSIX shell)."""
-    parts = ["python", "-m", "harness", "repro", cell_id, "--check", check]
-    if results_dir:
-        parts += ["--dir", results_dir]
-    # Ids and check names are plain words: skip shlex for them (the report builds thousands of these).
-    return " ".join(parts) if all(_PLAIN.match(p) for p in parts) else shlex.join(parts)
+    """The repro command the report shows for one entry (quoted for a POSIX shell, as shlex.join would)."""
+    # Only the two words from the results need quoting; shlex.quote returns a plain word unchanged after one
+    # search (the report builds tens of thousands of these commands).
+    text = f"python -m harness repro {quote(cell_id)} --check {quote(check)}"
+    return f"{text} --dir {quote(results_dir)}" if results_dir else text
 
 
 def check_cell_id(cell_id: str) -> None:
