@@ -31,56 +31,65 @@ class _Quoted(dict):
 
 
 def _testcase(entry: Entry, head: str, quoted: _Quoted) -> str:
+    """A case that is not a plain pass (to_junit writes those itself: their name and time alone)."""
     status = entry.status
-    # A plain pass (most entries) is its name and time alone.
-    if status is Status.PASS and not entry.verdicts:
-        return f"{head} time=\"{entry.duration:.3f}\"></testcase>"
-    body = []
-    message = quoted[entry.message]
     value = STATUS_VALUES[status]
+    body = ""
     if status in FAILING:
-        detail = entry.repro and f"repro: {entry.repro}"
-        body.append(f"<failure type=\"{value}\" message={message}>{_xml_text(detail)}</failure>")
+        detail = _xml_text(f"repro: {entry.repro}") if entry.repro else ""
+        body = f"<failure type=\"{value}\" message={quoted[entry.message]}>{detail}</failure>"
     elif status in _SKIPPED:
-        if entry.known_failure:
-            kf = entry.known_failure
-            message = quoted[f"known failure: {kf.get('reason', '')} ({kf.get('link', '')}, expires "
-                             f"{kf.get('expires', '')})"]
-        body.append(f"<skipped message={message}/>")
+        kf = entry.known_failure
+        message = quoted[f"known failure: {kf.get('reason', '')} ({kf.get('link', '')}, expires "
+                         f"{kf.get('expires', '')})"] if kf else quoted[entry.message]
+        body = f"<skipped message={message}/>"
     # A plain pass says all in its name; anything else (a pass with an affected sub-verdict too) explains itself.
     if status is not Status.PASS or any(v.status is not Status.PASS for v in entry.verdicts):
-        out = [f"{value}: {entry.message}"]
-        if entry.verdicts:
-            out += [f"{v.name}: {STATUS_VALUES[v.status]}: {v.message}" for v in entry.verdicts]
-        out += [f"{kind}: {path}" for kind, path in (("log", entry.log), ("lock", entry.lock)) if path]
-        body.append(f"<system-out>{_xml_text(chr(10).join(out))}</system-out>")
-    return f"{head} time=\"{entry.duration:.3f}\">{''.join(body)}</testcase>"
+        out = f"{value}: {entry.message}"
+        for v in entry.verdicts:
+            out += f"\n{v.name}: {STATUS_VALUES[v.status]}: {v.message}"
+        if entry.log:
+            out += f"\nlog: {entry.log}"
+        if entry.lock:
+            out += f"\nlock: {entry.lock}"
+        body += f"<system-out>{_xml_text(out)}</system-out>"
+    return f"{head} time=\"{entry.duration:.3f}\">{body}</testcase>"
 
 
 def to_junit(report: Report) -> str:
     """The whole report as one JUnit XML document (<testsuites>), cells in cell-id order."""
     suites: dict[str, list[tuple[str, Entry]]] = {}
+    checks = [column.check for column in report.columns]
     for row in report.rows:
         for index, entry in row.entries.items():
-            column = report.columns[index]
-            suites.setdefault(entry.cell_id, []).append((column.check, entry))
-    out = ['<?xml version="1.0" encoding="UTF-8"?>']
+            suites.setdefault(entry.cell_id, []).append((checks[index], entry))
     totals = {"tests": 0, "failures": 0, "skipped": 0}
     parts = []
     quoted = _Quoted()
     for cell_id in sorted(suites):
-        cases = sorted(suites[cell_id], key=lambda pair: pair[0])
-        failures = sum([e.status in FAILING for _, e in cases])
-        skipped = sum([e.status in _SKIPPED for _, e in cases])
-        seconds = sum(e.duration for _, e in cases)
+        cases = sorted(suites[cell_id], key=_by_check)
+        head = f"<testcase classname={quoted[cell_id]} name="
+        body, failures, skipped = [], 0, 0
+        for check, entry in cases:
+            status = entry.status
+            if status is Status.PASS and not entry.verdicts:  # most entries: the case is its name and time
+                body.append(f"{head}{quoted[check]} time=\"{entry.duration:.3f}\"></testcase>")
+                continue
+            failures += status in FAILING
+            skipped += status in _SKIPPED
+            body.append(_testcase(entry, head + quoted[check], quoted))
+        seconds = sum([entry.duration for _, entry in cases])
         totals["tests"] += len(cases)
         totals["failures"] += failures
         totals["skipped"] += skipped
         parts.append(f"<testsuite name={quoted[cell_id]} tests=\"{len(cases)}\" failures=\"{failures}\" "
                      f"errors=\"0\" skipped=\"{skipped}\" time=\"{seconds:.3f}\">")
-        head = f"<testcase classname={quoted[cell_id]} name="
-        parts += [_testcase(entry, head + quoted[label], quoted) for label, entry in cases]
+        parts += body
         parts.append("</testsuite>")
-    out.append(f"<testsuites name={quoteattr(report.title)} tests=\"{totals['tests']}\" "
-               f"failures=\"{totals['failures']}\" errors=\"0\" skipped=\"{totals['skipped']}\">")
-    return "\n".join([*out, *parts, "</testsuites>"]) + "\n"
+    head = (f"<testsuites name={quoteattr(report.title)} tests=\"{totals['tests']}\" "
+            f"failures=\"{totals['failures']}\" errors=\"0\" skipped=\"{totals['skipped']}\">")
+    return "\n".join(['<?xml version="1.0" encoding="UTF-8"?>', head, *parts, "</testsuites>"]) + "\n"
+
+
+def _by_check(case: tuple[str, Entry]) -> str:
+    return case[0]
