@@ -3,8 +3,10 @@ all-ASCII page, whole-curve polylines, remembered reference curves, plain links,
 from __future__ import annotations
 
 import gc
+import math
 import random
 import re
+from array import array
 from html.parser import HTMLParser
 from urllib.parse import quote
 
@@ -18,12 +20,14 @@ from harness.report.table import entry_extras, safe_link
 
 
 class TableCells(HTMLParser):
-    """Per body row of the support table: class, title, links ({label: href}) and text of each entry cell."""
+    """Per body row of the details: class, title, links ({label: href}) and text of each entry cell, and the
+    heading of the cell it belongs to (its text and links, in "heading")."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.rows: list[list[dict]] = []
         self.cell: dict | None = None
+        self.heading: dict | None = None
         self.href: str | None = None
         self.in_body = False
 
@@ -31,10 +35,13 @@ class TableCells(HTMLParser):
         attrs = dict(attrs)
         if tag == "tbody":
             self.in_body = True
+        elif self.in_body and tag == "tr" and attrs.get("class") == "cell":
+            self.heading = self.cell = {"links": {}, "text": ""}
         elif self.in_body and tag == "tr":
             self.rows.append([])
         elif self.in_body and tag == "td" and (attrs.get("class") or "").startswith("s-"):
-            self.cell = {"class": attrs["class"], "title": attrs.get("title"), "links": {}, "text": ""}
+            self.cell = {"class": attrs["class"], "title": attrs.get("title"), "links": {}, "text": "",
+                         "heading": self.heading}
             self.rows[-1].append(self.cell)
         elif self.cell is not None and tag == "a":
             self.href = attrs["href"]
@@ -48,7 +55,7 @@ class TableCells(HTMLParser):
     def handle_endtag(self, tag):
         if tag == "a":
             self.href = None
-        elif tag == "td":
+        elif tag in ("td", "th"):
             self.cell = None
         elif tag == "tbody":
             self.in_body = False
@@ -65,13 +72,16 @@ def test_html_shows_every_entry_with_status_links_message_verdicts_and_extras():
     cells = [row[0] for row in parser.rows]
     entries = [entry for row in report.rows for _, entry in sorted(row.entries.items())]
     assert len(cells) == len(entries)
+    # Each cell once: one heading per cell, naming it and linking its lock; its entries follow it.
+    assert page.count('<tr class="cell">') == report.cell_count
     checked = 0
     for entry, cell in zip(entries, cells):
-        assert cell["class"] == f"s-{entry.status.value}" and cell["title"] == entry.cell_id
+        assert cell["class"] == f"s-{entry.status.value}" and cell["title"] is None
         assert cell["text"].startswith(f"{STATUS_LETTERS[entry.status]} {entry.status.value}")
-        for kind in ("log", "lock"):
-            path = getattr(entry, kind)
-            assert cell["links"].get(kind) == (quote(path, safe="/") if path else None)
+        assert f"cell {entry.cell_id}" in cell["heading"]["text"]
+        lock = quote(entry.lock, safe="/") if entry.lock else None
+        assert cell["heading"]["links"].get("lock") == lock and "lock" not in cell["links"]
+        assert cell["links"].get("log") == (quote(entry.log, safe="/") if entry.log else None)
         assert ("plot" in cell["links"]) == (entry.plot is not None)
         texts = [entry.message, *entry_extras(entry), *entry.rejected_links, *(v.name for v in entry.verdicts)]
         for text in texts:
@@ -107,12 +117,63 @@ def test_a_whole_curve_is_one_polyline_at_the_expected_pixels():
     assert [r.split() for r in runs] == [expected[:2], expected[3:]]
 
 
-def test_remembered_reference_curves_give_what_checking_them_gives():
-    curves = [[1, 2.5], [True, 2.5], [1.0, 2.5], [0.5, "x"], [0.5, None], [0.5, float("nan")], [1e301, 0.5],
-              [0.5, [1]], [2.5, 1], [True, "x"], [1, "x"], (0.25, 0.5), []]
+TRICKY_CURVES = [[1, 2.5], [True, 2.5], [1.0, 2.5], [0.5, "x"], [0.5, None], [0.5, float("nan")], [1e301, 0.5],
+                 [0.5, [1]], [2.5, 1], [True, "x"], [1, "x"], (0.25, 0.5), [], [10**400, 0.5], [10**400, 10**400],
+                 [0.5, float("inf")], [1j, 0.5], "ab", None, [0.5] * (plot.MAX_POINTS + 3)]
+
+
+def _floats_as_first_written(value):
+    """plot._floats before its fast path lost the array: the reference for it."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    value = tuple(value[:plot.MAX_POINTS])
+    try:
+        fast = array("d", value)
+    except (TypeError, OverflowError):
+        pass
+    else:
+        if not math.isnan(sum(fast)) and -1e300 < min(fast) and max(fast) < 1e300:
+            return value
+    out = tuple(float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and -1e300 < x < 1e300
+                else None for x in value)
+    return out if any(v is not None for v in out) else None
+
+
+def test_a_curve_is_checked_as_it_was_first():
+    for curve in TRICKY_CURVES:
+        assert repr(plot._floats(curve)) == repr(_floats_as_first_written(curve)), curve
+        checked = plot._checked(curve)
+        if checked:
+            assert checked[1] == plot._extent(checked[0])
+
+
+def _fresh_series(metrics):
+    plot._GUIDES.clear()
+    plot._guide.cache_clear()
+    plot._guide_with_band.cache_clear()
+    return plot.convergence_series([metrics])
+
+
+def test_a_remembered_guide_draws_what_a_fresh_one_draws():
+    """Guides are remembered by the curves and band as given: equal inputs must draw alike, and a band that
+    differs only in type (True is none, 1 is one) must not reuse another's."""
+    bands = [0.1, 1, True, 1.0, None, float("nan"), -1, "x"]
+    metrics = [{"reward_curve": [0.5, 0.7, 0.9, 0.8], "reference_curve": curve, "band": band}
+               for curve in TRICKY_CURVES[:12] for band in bands]
+    metrics += [{"reward_curve": [0.2, 0.4], "band_lower": [0.1, True], "band_upper": upper}
+                for upper in ([0.3, 0.6], [0.3, "x"], [[0.3], 0.6])]
+    drawn = {}
     for _ in range(2):
-        for curve in random.Random(1).sample(curves, len(curves)):
-            assert repr(plot._floats(curve, shared=True)) == repr(plot._floats(curve))
+        for i in random.Random(1).sample(range(len(metrics)), len(metrics)):
+            drawn.setdefault(i, []).append(plot.draw(plot.convergence_series([metrics[i]])))
+    for i, m in enumerate(metrics):
+        fresh = _fresh_series(m)
+        assert drawn[i] == [plot.draw(fresh)] * 2, m
+        # The reward's extent, carried from the check, is the one draw would work out.
+        assert plot.draw({"reward": fresh["reward"], "guide": fresh["guide"]}) == plot.draw(fresh)
+    # The comparison can fail: a band of True draws no band, a band of 1 does.
+    with_true, with_one = (plot.draw(_fresh_series({**metrics[0], "band": b})) for b in (True, 1))
+    assert with_true != with_one
 
 
 def _safe_link_rules(path):
@@ -200,3 +261,24 @@ def test_a_reused_result_names_and_links_the_cell_it_came_from():
     page = to_html(build_report(cells))
     assert f'<a href="cells/{cells[1].cell_id}.json">reused from {cells[1].cell_id}</a>' in page
     assert " reused from ../elsewhere<" in page and 'href="cells/../elsewhere.json"' not in page
+
+
+def _has_more_than_status_message_log_and_lock(entry) -> bool:
+    return bool(entry.verdicts or entry.rejected_links or entry.known_failure or entry.original_status is not None
+                or entry.emulated or entry.plot is not None or entry.failure_class or entry.flaky or entry.attempts
+                or entry.change or entry.repro or entry.reused)
+
+
+def test_plain_entries_are_plain_and_render_as_the_full_path_does():
+    cells = synthetic_cells(300, seed=4)
+    cells[0].checks[0].reused_from = cells[1].cell_id
+    changes = {(c.cell_id, c.checks[0].check): "fixed" for c in cells[::7]}  # a change alone makes an entry rare
+    report = build_report(cells, changes=changes)
+    entries = [e for row in report.rows for e in row.entries.values()]
+    assert 0 < sum(e.plain for e in entries) < len(entries)
+    for entry in entries:
+        assert entry.plain is not _has_more_than_status_message_log_and_lock(entry), entry
+    page, data = to_html(report), to_json(report)
+    for entry in entries:
+        entry.plain = False  # always right, only slower
+    assert to_html(report) == page and to_json(report) == data

@@ -1,7 +1,8 @@
 """A standalone HTML page of a Report: inline CSS, inline SVG plots, no scripts, no external assets.
 
 The first screen is the compact table (glance.py); below it, one closed <details> per version combination
-holds every entry in full (sub-verdicts, messages, logs, lock, repro command, a link to its reward plot).
+holds every entry in full (sub-verdicts, messages, logs, repro command, a link to its reward plot), under a
+heading per cell that names the cell and links its lock once (the entries of a cell are consecutive there).
 
 All text goes through html.escape (htmltext.escape_html, which also writes non-ASCII characters as
 character references, so the page is pure ASCII); the only links are the report's own relative log and
@@ -21,7 +22,7 @@ from .htmltext import Escaper, ascii_html, escape_html
 from .plot import PLOT_CSS, PLOT_LEGEND
 from .plotshare import SharedPlots
 from .support import KIND_LABELS, STATUS_LETTERS, RowVerdict, row_verdicts
-from .table import EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, STATUS_VALUES, Entry, Report, entry_extras
+from .table import ABSENT, EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, STATUS_VALUES, Entry, Report, entry_extras
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 CSS = """
@@ -30,6 +31,7 @@ table{border-collapse:collapse;font-size:12px}
 th,td{border:1px solid #ccc;padding:3px 5px;vertical-align:top}
 thead{position:sticky;top:0}thead th{background:#f3f3f3}
 td.ax{white-space:nowrap;font-family:monospace}
+tr.cell th{text-align:left;background:#f6f8fa;font-weight:normal}
 td.s-pass{background:#eaf7ea}td.s-fail,td.s-error,td.s-crash,td.s-timeout{background:#fdeaea}
 td.s-affected{background:#fff6e0}td.s-xfail{background:#fffbd6}td.s-skip{background:#f4f4f4}
 .msg,.vd,.kf{font-size:11px;color:#444;max-width:28em}
@@ -54,19 +56,17 @@ def _status(status: Status) -> str:
 
 # Every constant piece is made ASCII once here; text from the report goes through escape_html.
 _STATUS = {s: _status(s) for s in Status}
-_TD = {s: f'<td class="s-{s.value}" title="' for s in Status}
+_OPEN = {s: f'<td class="s-{s.value}">{_STATUS[s]}' for s in Status}  # an entry's cell, up to its status
 _MARK = ascii_html(f" (emulated<sup>{EMULATED_MARK}</sup>)")
 _DOT = ascii_html(" · ")
 _KIND = {kind: escape_html(label) for kind, label in KIND_LABELS.items()}
 _EMULATED_NOTE = escape_html(EMULATED_NOTE)
 
 
-class _LockLinks(dict):
-    """The " lock" link of a lock path: the same for every entry of a cell."""
-
-    def __missing__(self, path: str | None) -> str:
-        link = self[path] = f' <a href="{href(path)}">lock</a>' if path else ""
-        return link
+def _cell_heading(column_group: str, entry: Entry, esc: Escaper) -> str:
+    """The row that opens a cell's entries in the details: its backend and model, its id and its lock, once."""
+    lock = f' <a href="{href(entry.lock)}">lock</a>' if entry.lock else ""
+    return f'<tr class="cell"><th colspan="2">{column_group}: cell {esc[entry.cell_id]}{lock}</th></tr>'
 
 
 def _rare_head(entry: Entry) -> str:
@@ -102,19 +102,19 @@ def _rare_tail(entry: Entry, esc: Escaper) -> str:
     return html
 
 
-def _entry(entry: Entry, plot_id: str | None, esc: Escaper, locks: _LockLinks) -> str:
-    """The entry's cell in its row of the details. Most entries are a plain pass: its parts are one f-string,
-    and the rarer parts are made only for the entries that have them."""
-    status = entry.status
-    head = _rare_head(entry) if entry.emulated or entry.original_status is not None else ""
+def _entry(entry: Entry, plot_id: str | None, esc: Escaper) -> str:
+    """The entry's cell in its row of the details. Most entries are plain (Entry.plain: status, log and message);
+    the rarer parts are made only for the entries that have them."""
     log = f' <a href="{href(entry.log)}">log</a>' if entry.log else ""
+    message = f'<div class="msg">{esc[entry.message]}</div>' if entry.message else ""
+    if entry.plain:
+        return f"{_OPEN[entry.status]}{log}{message}</td>"
+    head = _rare_head(entry) if entry.emulated or entry.original_status is not None else ""
     middle = _rare_middle(entry, plot_id, esc) if plot_id or entry.reused or entry.rejected_links or entry.verdicts \
         else ""
-    message = f'<div class="msg">{esc[entry.message]}</div>' if entry.message else ""
     tail = _rare_tail(entry, esc) if entry.repro or entry.change or entry.attempts or entry.flaky \
         or entry.failure_class or entry.known_failure else ""
-    return (f'{_TD[status]}{esc[entry.cell_id]}">{_STATUS[status]}{head}{log}{locks[entry.lock]}{middle}{message}'
-            f"{tail}</td>")
+    return f"{_OPEN[entry.status]}{head}{log}{middle}{message}{tail}</td>"
 
 
 def _preamble(report: Report, verdicts: list[RowVerdict]) -> list[str]:
@@ -153,8 +153,10 @@ def to_html(report: Report) -> str:
     # One list of pieces, joined once: the page is tens of MB, so rows and plots are not joined on their own.
     page = ["\n".join(_preamble(report, verdicts)), "\n"]
     plots: list[tuple[str, Entry]] = []
-    locks = _LockLinks()
-    labels = [f'<th>{e(c.label)}</th>' for c in report.columns]
+    # An entry's row after its row number: its id's column part and its check (the cell's heading names
+    # backend and model).
+    checks = [f'{i}"><th>{e(c.check)}</th>' for i, c in enumerate(report.columns)]
+    groups = [e(f"{c.backend or ABSENT} · {c.model or ABSENT}") for c in report.columns]
     axis_names = [e(axis) for axis in report.axes]
     for number, (row, verdict) in enumerate(zip(report.rows, verdicts)):
         axes = _DOT.join([f"{name} {esc[value]}" for name, value in zip(axis_names, row.axes) if value])
@@ -162,12 +164,16 @@ def to_html(report: Report) -> str:
         page.append(f'<details><summary><span class="k k-{verdict.kind}">{_KIND[verdict.kind]}</span> {axes}'
                     f' &mdash; {esc[verdict.reason]}</summary><div id="r{number}" class="env">{esc[env]}</div>'
                     "<table><tbody>")
-        for i, entry in sorted(row.entries.items()):  # column order: plots are numbered left to right
+        cell, entry_id = None, f'<tr id="e{number}-'
+        for i, entry in row.entries.items():  # column order: plots are numbered left to right
+            if entry.cell_id != cell:  # a cell's entries are neighbours: columns are ordered by backend, model
+                cell = entry.cell_id
+                page.append(_cell_heading(groups[i], entry, esc))
             plot_id = None
             if entry.plot is not None:
                 plot_id = f"plot-{len(plots)}"
                 plots.append((plot_id, entry))
-            page.append(f'<tr id="e{number}-{i}">{labels[i]}{_entry(entry, plot_id, esc, locks)}</tr>')
+            page.append(f"{entry_id}{checks[i]}{_entry(entry, plot_id, esc)}</tr>")
         page.append("</tbody></table></details>\n")
     if report.has_emulated:
         page.append(f"<p>{_EMULATED_NOTE}</p>\n")

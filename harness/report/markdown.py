@@ -96,7 +96,7 @@ def _details_block(report: Report, row: Row, verdict: RowVerdict) -> str:
     axes = " · ".join(f"{axis} {value}" for axis, value in zip(report.axes, row.axes) if value)
     lines = [f"<details><summary>{html_text(verdict.label)}: {html_text(axes)}</summary>", ""]
     lines += [f"- **{md_text(report.columns[i].label)}**: {entry_text(entry)}"
-              for i, entry in sorted(row.entries.items())]
+              for i, entry in row.entries.items()]
     return "\n".join([*lines, "", "</details>"])
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import math
-from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,41 +30,30 @@ svg.plot-defs{position:absolute}
 """
 
 
-# Reference and band curves that passed the fast check of _floats: thousands of cells repeat a few of
-# them. A curve equal to one of these, item by item, passes the check too (only numbers equal numbers),
-# and the check would return it unchanged, as the cache does.
-_PLAIN_CURVES: set[tuple] = set()
-
-
-def _floats(value: Any, shared: bool = False) -> tuple[float | None, ...] | None:
-    """The finite numbers of a curve, None where an item is not one; None when nothing is usable.
-
-    `shared`: the curve is likely to repeat across cells (a reference or a band); remember it.
-    """
+def _checked(value: Any) -> tuple[tuple, tuple[float, float]] | None:
+    """The finite numbers of a curve, None where an item is not one, and their (min, max); None when nothing
+    is usable."""
     if not isinstance(value, (list, tuple)) or not value:
         return None
-    value = tuple(value[:MAX_POINTS])
-    if shared:
-        try:
-            if value in _PLAIN_CURVES:
-                return value
-        except TypeError:  # an unhashable item (a list): not a plain curve
-            shared = False
+    value = tuple(value) if len(value) <= MAX_POINTS else tuple(value[:MAX_POINTS])
     try:
-        fast = array("d", value)  # C speed for the usual list of floats
+        # C speed for the usual curve of floats: nan anywhere makes the sum nan (min and max alone can miss it);
+        # an item that is no number, or an int too large for a float, raises.
+        low, high = min(value), max(value)
+        if not math.isnan(sum(value)) and -1e300 < low and high < 1e300:
+            return value, (low, high)  # ints stay ints (bool is an int): all are finite numbers here
     except (TypeError, OverflowError):
         pass
-    else:
-        # nan anywhere makes the sum nan; min/max alone can miss it.
-        if not math.isnan(sum(fast)) and -1e300 < min(fast) and max(fast) < 1e300:
-            if shared:
-                if len(_PLAIN_CURVES) >= 256:  # hostile inputs must not grow it without bound
-                    _PLAIN_CURVES.clear()
-                _PLAIN_CURVES.add(value)
-            return value  # ints stay ints (bool is an int): all are finite numbers here
     out = tuple(float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and -1e300 < x < 1e300
                 else None for x in value)
-    return out if any(v is not None for v in out) else None
+    extent = _extent(out)
+    return (out, extent) if extent else None
+
+
+def _floats(value: Any) -> tuple[float | None, ...] | None:
+    """The finite numbers of a curve, None where an item is not one; None when nothing is usable."""
+    checked = _checked(value)
+    return checked[0] if checked else None
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a cheap cache key, whatever the curve length
@@ -93,8 +81,62 @@ def _guide_with_band(reference: tuple, band: float) -> Guide:
                   tuple(None if r is None else r + band for r in reference))
 
 
+def _curve(value: Any) -> tuple[tuple, bool]:
+    """A reference or band curve as checked (() when unusable), and whether every input equal to `value` gives
+    the same curve: true when its items are all finite numbers, kept as given (True == 1, and they draw alike),
+    or when it is no list at all; not when an item became a gap (True does, 1 becomes 1.0)."""
+    checked = _checked(value)
+    if not isinstance(value, (list, tuple)) or not value:
+        return (), True
+    if checked is None:
+        return (), False
+    return checked[0], len(checked[0]) == len(value) and all(a is b for a, b in zip(checked[0], value))
+
+
+def _checked_guide(metrics: dict[str, Any]) -> tuple[Guide, bool]:
+    """The Guide of a result's reference and band, and whether equal inputs give it too (see _curve)."""
+    (reference, same_ref), (lower, same_low), (upper, same_up) = (
+        _curve(metrics.get(key)) for key in ("reference_curve", "band_lower", "band_upper"))
+    band = metrics.get("band")
+    if lower and upper:
+        guide = _guide(reference, lower, upper)
+    elif reference and isinstance(band, (int, float)) and not isinstance(band, bool) and 0 <= band < 1e300:
+        guide = _guide_with_band(reference, float(band))
+    else:
+        guide = _guide(reference, (), ())
+    return guide, same_ref and same_low and same_up
+
+
+# Guides by the reference and band exactly as result files gave them: thousands of cells give equal ones,
+# checked once here. Only inputs whose equals give the same guide are remembered (see _curve); a band's type
+# is part of the key, since True is no band and 1 is.
+_GUIDES: dict[tuple, Guide] = {}
+
+
+def _as_key(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _guide_of(metrics: dict[str, Any]) -> Guide:
+    band = metrics.get("band")
+    try:
+        key = (_as_key(metrics.get("reference_curve")), _as_key(metrics.get("band_lower")),
+               _as_key(metrics.get("band_upper")), band, type(band))
+        guide = _GUIDES.get(key)
+    except TypeError:  # an unhashable item (a list in a curve): checked every time
+        key, guide = None, None
+    if guide is None:
+        guide, remember = _checked_guide(metrics)
+        if key is not None and remember:
+            if len(_GUIDES) >= 256:  # hostile inputs must not grow it without bound
+                _GUIDES.clear()
+            _GUIDES[key] = guide
+    return guide
+
+
 def convergence_series(metrics_list: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
-    """{"reward": tuple, "guide": Guide} from the first metrics with a reward curve, else None.
+    """{"reward": tuple, "extent": its (min, max), "guide": Guide} from the first metrics with a reward curve,
+    else None.
 
     Metrics: reward_curve (floats per step), reference_curve, and band (a tolerance around the
     reference) or band_lower and band_upper (lists). Items that are not finite numbers become gaps.
@@ -102,20 +144,10 @@ def convergence_series(metrics_list: Iterable[dict[str, Any]]) -> dict[str, Any]
     for metrics in metrics_list:
         if not isinstance(metrics, dict):
             continue
-        reward = _floats(metrics.get("reward_curve"))
+        reward = _checked(metrics.get("reward_curve"))
         if reward is None:
             continue
-        reference = _floats(metrics.get("reference_curve"), shared=True) or ()
-        lower = _floats(metrics.get("band_lower"), shared=True) or ()
-        upper = _floats(metrics.get("band_upper"), shared=True) or ()
-        band = metrics.get("band")
-        if lower and upper:
-            guide = _guide(reference, lower, upper)
-        elif reference and isinstance(band, (int, float)) and not isinstance(band, bool) and 0 <= band < 1e300:
-            guide = _guide_with_band(reference, float(band))
-        else:
-            guide = _guide(reference, (), ())
-        return {"reward": reward, "guide": guide}
+        return {"reward": reward[0], "extent": reward[1], "guide": _guide_of(metrics)}
     return None
 
 
@@ -227,8 +259,10 @@ def draw(series: dict[str, Any], width: int = 320, height: int = 160) -> Drawing
     """Reward (solid red), reference (dashed grey) and the tolerance band (shaded blue), in pixels."""
     reward, guide = series["reward"], series["guide"]
     n = max(len(reward), len(guide.reference), len(guide.lower), len(guide.upper))
-    extents = [e for e in (guide.extent, _extent(reward)) if e]
-    y_range = _nice_range(min(e[0] for e in extents), max(e[1] for e in extents))
+    low, high = series.get("extent") or _extent(reward)
+    if guide.extent:  # the guide's first: among equal values, as min and max pick
+        low, high = min(guide.extent[0], low), max(guide.extent[1], high)
+    y_range = _nice_range(low, high)
     head, box, axes = _frame(width, height, n, y_range)
     return Drawing(head, _guide_svg(guide, n, y_range, box), _curve_svg(reward, "rew", n, y_range, box), axes)
 

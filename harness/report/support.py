@@ -61,7 +61,7 @@ def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
     """The row's kind and reason (see the module docstring); the first column decides among equals."""
     failing = known = patched = None
     ran = 0
-    for index, entry in sorted(row.entries.items()):
+    for index, entry in row.entries.items():
         status = entry.status
         if status in FAILING:
             failing = failing or (index, entry)
@@ -137,6 +137,6 @@ def support_json(report: Report, verdicts: list[RowVerdict] | None = None) -> di
         "combinations": [
             {"axes": {report.axes[p]: row.axes[p] for p in varying}, "verdict": verdict.kind, "label": verdict.label,
              "reason": verdict.reason, "cells": sorted(row.cells),
-             "checks": {labels[i]: STATUS_VALUES[entry.status] for i, entry in sorted(row.entries.items())}}
+             "checks": {labels[i]: STATUS_VALUES[entry.status] for i, entry in row.entries.items()}}
             for row, verdict in zip(report.rows, verdicts)],
     }

@@ -137,10 +137,10 @@ class Column:
     backend: str
     model: str
     check: str
+    label: str = field(init=False, repr=False, compare=False)  # made once: thousands of verdicts name it
 
-    @property
-    def label(self) -> str:
-        return " · ".join(x or ABSENT for x in (self.backend, self.model, self.check))
+    def __post_init__(self) -> None:
+        self.label = " · ".join(x or ABSENT for x in (self.backend, self.model, self.check))
 
 
 @dataclass(slots=True)
@@ -166,6 +166,9 @@ class Entry:
     change: str | None = None  # against a previous run: new failure, fixed, still failing, unchanged
     repro: str = ""  # the command that rebuilds the cell and reruns this check
     reused: tuple[str, str | None] | None = None  # (cell, link to its result file): the result came from there
+    # Set by build_report when nothing but status, message, log and lock is set (most entries), so renderers
+    # skip looking at the rest; False is always right, only slower.
+    plain: bool = False
 
 
 def reused_mark(cell_id: str) -> tuple[str, str | None]:
@@ -195,7 +198,7 @@ def entry_extras(entry: Entry) -> list[str]:
 @dataclass(slots=True)
 class Row:
     axes: tuple[str, ...]  # one value per Report.axes entry, "" when absent
-    entries: dict[int, Entry]  # column index -> entry
+    entries: dict[int, Entry]  # column index -> entry, in column order (so a cell's entries are neighbours)
     cells: list[str]
     environment: dict[str, str]
 
@@ -290,15 +293,16 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
         verdicts = _verdicts(check)
         emulated = emulated or any(v.emulated for v in verdicts)
         has_curve = has_curve or any("reward_curve" in v.metrics for v in check.verdicts)
-    needs_repro = check.status not in _NO_REPRO or check.flaky
+    flaky, attempts, original = bool(check.flaky), len(check.attempts), check.original_status
+    repro = repro_command(cell_id, column.check) if check.status not in _NO_REPRO or flaky else ""
+    series = plot.convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None
+    rare = (verdicts or rejected or emulated or series or repro or flaky or attempts or original is not None
+            or check.known_failure or check.failure_class or check.reused_from)
     return Entry(
         cell_id, column.check, check.status, messages[check.message], check.duration, log, lock, rejected,
-        verdicts, emulated, _known_failure(check.known_failure) if check.known_failure else None,
-        check.original_status,
-        plot.convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None,
-        clean_text(check.failure_class, 20) if check.failure_class else None, bool(check.flaky),
-        len(check.attempts), None, repro_command(cell_id, column.check) if needs_repro else "",
-        reused_mark(check.reused_from) if check.reused_from else None,
+        verdicts, emulated, _known_failure(check.known_failure) if check.known_failure else None, original,
+        series, clean_text(check.failure_class, 20) if check.failure_class else None, flaky, attempts, None, repro,
+        reused_mark(check.reused_from) if check.reused_from else None, not rare,
     )
 
 
@@ -474,9 +478,12 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
             entry = entries[index] = _entry(cell, cell_id, lock, check, columns[index], messages)
             if changes is not None:
                 entry.change = changes.get((cell.cell_id, check.check))
+                entry.plain = entry.plain and not entry.change
             counts[entry.status] += 1
             has_emulated = has_emulated or entry.emulated
 
+    for row in rows.values():  # in column order once here: the renderers then never sort a row
+        row.entries = dict(sorted(row.entries.items()))
     # Rank each axis's values once; rows then sort by small integers instead of Version objects.
     ranks = []
     for position, axis in enumerate(axes):
