@@ -20,12 +20,21 @@ _ASCII = bytes(range(128))
 MANY_NON_ASCII = 100_000
 
 
+_ESCAPED: dict[bytes, str] = {}  # a few characters repeat thousands of times (the " · " of column labels)
+
+
 def _escape(error: UnicodeDecodeError) -> tuple[str, int]:
     """The \\u escape of the UTF-8 character at the error (orjson writes only valid UTF-8), and where to go on."""
     data, start = error.object, error.start
     lead = data[start]
     size = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
-    return json.dumps(data[start:start + size].decode("utf-8"))[1:-1], start + size
+    char = data[start:start + size]
+    escaped = _ESCAPED.get(char)
+    if escaped is None:
+        if len(_ESCAPED) > 10_000:  # a report in another script must not grow it without bound
+            _ESCAPED.clear()
+        escaped = _ESCAPED[char] = json.dumps(char.decode("utf-8"))[1:-1]
+    return escaped, start + size
 
 
 codecs.register_error("harness-json-ascii", _escape)

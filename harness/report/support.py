@@ -29,6 +29,9 @@ KIND_LABELS = {"works": "works", "patched": "works with the trainer's patches", 
 STATUS_LETTERS = {Status.PASS: "P", Status.FAIL: "F", Status.AFFECTED: "A", Status.SKIP: "S", Status.XFAIL: "X",
                   Status.TIMEOUT: "T", Status.CRASH: "C", Status.ERROR: "E"}
 
+# Looking a member up on the Enum class costs about 0.2 µs on Python 3.11; row_verdict does it for every entry.
+_PASS, _SKIP, _XFAIL, _AFFECTED = Status.PASS, Status.SKIP, Status.XFAIL, Status.AFFECTED
+
 
 @dataclass(frozen=True, slots=True)
 class RowVerdict:
@@ -65,11 +68,11 @@ def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
         status = entry.status
         if status in FAILING:
             failing = failing or (index, entry)
-        elif status is Status.XFAIL:
+        elif status is _XFAIL:
             known = known or (index, entry)
-        elif status is Status.AFFECTED or (status is Status.PASS and entry.verdicts and _affected_names(entry)):
+        elif status is _AFFECTED or (status is _PASS and entry.verdicts and _affected_names(entry)):
             patched = patched or (index, entry)
-        ran += status is not Status.SKIP
+        ran += status is not _SKIP
     if failing:
         index, entry = failing
         return RowVerdict("broken", f"{columns[index].label}: {STATUS_VALUES[entry.status]}"
