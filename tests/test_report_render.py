@@ -13,6 +13,7 @@ from urllib.parse import quote
 import pytest
 
 from harness.report import build_report, plot, table, to_html, to_json
+from harness.report.html import href
 from harness.report.htmltext import escape_html
 from harness.report.support import STATUS_LETTERS
 from harness.report.synthetic import synthetic_cells
@@ -257,6 +258,8 @@ def test_the_glance_table_comes_first_with_only_the_differing_axes_grouped_under
 def test_a_reused_result_names_and_links_the_cell_it_came_from():
     cells = synthetic_cells(6, seed=2)
     cells[0].checks[0].reused_from = cells[1].cell_id
+    cells[2].checks[0].log = "./" + cells[2].checks[0].log  # safe, but not as written
+    cells[3].checks[0].log = "cells/a b/x+y.log"  # safe, and its link must escape the space
     cells[2].checks[0].reused_from = "../elsewhere"  # not a safe link: named, not linked
     page = to_html(build_report(cells))
     assert f'<a href="cells/{cells[1].cell_id}.json">reused from {cells[1].cell_id}</a>' in page
@@ -264,20 +267,24 @@ def test_a_reused_result_names_and_links_the_cell_it_came_from():
 
 
 def _has_more_than_status_message_log_and_lock(entry) -> bool:
+    """Anything an Entry.plain entry must not have, or a log path that a link must escape."""
     return bool(entry.verdicts or entry.rejected_links or entry.known_failure or entry.original_status is not None
                 or entry.emulated or entry.plot is not None or entry.failure_class or entry.flaky or entry.attempts
-                or entry.change or entry.repro or entry.reused)
+                or entry.change or entry.repro or entry.reused or (entry.log and href(entry.log) != entry.log))
 
 
 def test_plain_entries_are_plain_and_render_as_the_full_path_does():
     cells = synthetic_cells(300, seed=4)
     cells[0].checks[0].reused_from = cells[1].cell_id
+    cells[2].checks[0].log = "./" + cells[2].checks[0].log  # safe, but not as written
+    cells[3].checks[0].log = "cells/a b/x+y.log"  # safe, and its link must escape the space
     changes = {(c.cell_id, c.checks[0].check): "fixed" for c in cells[::7]}  # a change alone makes an entry rare
     report = build_report(cells, changes=changes)
     entries = [e for row in report.rows for e in row.entries.values()]
     assert 0 < sum(e.plain for e in entries) < len(entries)
+    rewritten = cells[2].checks[0].log[2:]  # plain is False where that is only slower: a log not shown as written
     for entry in entries:
-        assert entry.plain is not _has_more_than_status_message_log_and_lock(entry), entry
+        assert entry.plain is not _has_more_than_status_message_log_and_lock(entry) or entry.log == rewritten, entry
     page, data = to_html(report), to_json(report)
     for entry in entries:
         entry.plain = False  # always right, only slower

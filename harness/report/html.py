@@ -105,10 +105,11 @@ def _rare_tail(entry: Entry, esc: Escaper) -> str:
 def _entry(entry: Entry, plot_id: str | None, esc: Escaper) -> str:
     """The entry's cell in its row of the details. Most entries are plain (Entry.plain: status, log and message);
     the rarer parts are made only for the entries that have them."""
-    log = f' <a href="{href(entry.log)}">log</a>' if entry.log else ""
     message = f'<div class="msg">{esc[entry.message]}</div>' if entry.message else ""
-    if entry.plain:
-        return f"{_OPEN[entry.status]}{log}{message}</td>"
+    if entry.plain:  # its log path needs no escaping
+        return f'{_OPEN[entry.status]} <a href="{entry.log}">log</a>{message}</td>' if entry.log else \
+            f"{_OPEN[entry.status]}{message}</td>"
+    log = f' <a href="{href(entry.log)}">log</a>' if entry.log else ""
     head = _rare_head(entry) if entry.emulated or entry.original_status is not None else ""
     middle = _rare_middle(entry, plot_id, esc) if plot_id or entry.reused or entry.rejected_links or entry.verdicts \
         else ""

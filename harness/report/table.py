@@ -166,8 +166,8 @@ class Entry:
     change: str | None = None  # against a previous run: new failure, fixed, still failing, unchanged
     repro: str = ""  # the command that rebuilds the cell and reruns this check
     reused: tuple[str, str | None] | None = None  # (cell, link to its result file): the result came from there
-    # Set by build_report when nothing but status, message, log and lock is set (most entries), so renderers
-    # skip looking at the rest; False is always right, only slower.
+    # Set by build_report when nothing but status, message, lock and a log path of plain characters (no
+    # escaping anywhere) is set, as for most entries: renderers skip the rest. False is always right, only slower.
     plain: bool = False
 
 
@@ -281,7 +281,10 @@ _NO_REPRO = (Status.PASS, Status.SKIP)
 
 def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult, column: Column,
            messages: _Cleaned) -> Entry:
-    log = safe_link(check.log)
+    raw = check.log
+    # safe_link's first test inline: most logs pass it, and then need no escaping in any format (see plain).
+    plain_log = raw is None or (raw.__class__ is str and len(raw) <= 1000 and _PLAIN_LINK.fullmatch(raw) is not None)
+    log = raw if plain_log else safe_link(raw)
     # The empty tuple is shared: no new object for the many entries without rejected links or verdicts.
     rejected = () if (log or not check.log) and (lock or not cell.lock) else \
         tuple([clean_text(raw, 120) for raw, safe in ((check.log, log), (cell.lock, lock)) if raw and not safe])
@@ -296,8 +299,8 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
     flaky, attempts, original = bool(check.flaky), len(check.attempts), check.original_status
     repro = repro_command(cell_id, column.check) if check.status not in _NO_REPRO or flaky else ""
     series = plot.convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None
-    rare = (verdicts or rejected or emulated or series or repro or flaky or attempts or original is not None
-            or check.known_failure or check.failure_class or check.reused_from)
+    rare = (not plain_log or verdicts or rejected or emulated or series or repro or flaky or attempts
+            or original is not None or check.known_failure or check.failure_class or check.reused_from)
     return Entry(
         cell_id, column.check, check.status, messages[check.message], check.duration, log, lock, rejected,
         verdicts, emulated, _known_failure(check.known_failure) if check.known_failure else None, original,
