@@ -10,7 +10,7 @@ import importlib.util
 
 import pytest
 
-from harness.checks import CheckOptions, grpo_convergence, vllm_chat, vllm_engine, vllm_rollout
+from harness.checks import CheckOptions, grpo_convergence, grpo_references, vllm_chat, vllm_engine, vllm_rollout
 from harness.results.records import Status
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here")
@@ -33,20 +33,40 @@ def test_convergence_uses_hf_generate_without_vllm_and_its_reference(monkeypatch
     assert grpo_convergence.reference_path("fsdp", "text", rollout="hf").name == "grpo_fsdp_text.json"
 
 
-def test_the_vllm_reference_curve_says_how_it_was_made():
+def test_the_vllm_reference_curves_say_how_they_were_made():
     import json
 
-    reference = json.loads(grpo_convergence.reference_path("fsdp", "text", rollout="vllm").read_text())
-    assert reference["trainer_args"]["rollout"] == "vllm"
-    assert reference["model_config"] == vllm_engine.ROLLOUT_MODEL_CONFIG
-    assert "--rollout vllm" in reference["made_with"]["command"]
-    assert reference["made_with"]["engine"]["name"].startswith("vllm")
+    for path in grpo_references.engine_references("fsdp", "text"):  # one per vLLM release
+        reference = json.loads(path.read_text())
+        assert reference["trainer_args"]["rollout"] == "vllm"
+        assert reference["model_config"] == vllm_engine.ROLLOUT_MODEL_CONFIG
+        assert "--rollout vllm" in reference["made_with"]["command"]
+        assert reference["made_with"]["engine"]["name"].startswith("vllm")
 
 
 @needs_vllm
 def test_convergence_rolls_out_with_the_cells_vllm():
     assert grpo_convergence.cell_rollout("fsdp") == "vllm"
     assert grpo_convergence.cell_rollout("megatron") == "hf"  # the Megatron trainer keeps HF generate
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_convergence_on_the_cells_vllm_follows_its_releases_curve_and_not_another_releases(tmp_path):
+    """The run is held to its own release's reference (band compared, not skipped); another release's
+    curve, which it does not follow, would fail the band: what the per-release references are for."""
+    import json
+
+    result = grpo_convergence.run(CheckOptions(model="text", work_dir=tmp_path))
+    assert result.metrics["engine"] == vllm_engine.installed(), result.message
+    assert result.status is Status.PASS, result.message
+    assert result.message.startswith(f"rollout {vllm_engine.describe(vllm_engine.installed())}: ")
+    own = grpo_references.reference_path("fsdp", "text", rollout="vllm", engine=vllm_engine.installed())
+    assert result.metrics["reference_file"] == own.name and _verdict(result, "band").status is Status.PASS
+    others = [p for p in grpo_references.engine_references("fsdp", "text") if p != own]
+    for other in others:
+        _, _, _, verdicts = grpo_convergence.evaluate(result.metrics["per_step"], json.loads(other.read_text()))
+        assert {v.name: v.status for v in verdicts}["band"] is Status.FAIL, other.name
 
 
 @needs_vllm

@@ -19,9 +19,11 @@ made with `--regenerate --mode fully-async --staleness K`), with a fourth verdic
 `bounded`: every update's sample was at most K weight versions old and the sample queue never
 went past its capacity. The measured staleness distribution and overlap are in the metrics.
 
-In a cell with a vLLM the FSDP trainer rolls out with that vLLM (`--rollout vllm`), against its own
-reference, grpo_fsdp_<model>_vllm.json (one rank, the vLLM checks' model config: see vllm_engine),
-made with `--regenerate --rollout vllm`; the result names the engine.
+In a cell with a vLLM the FSDP trainer rolls out with that vLLM (`--rollout vllm`), against the
+reference of that engine release, grpo_fsdp_<model>_<engine>-<version>.json (one rank, the vLLM checks'
+model config: see vllm_engine), made in its environment with `--regenerate --rollout vllm`. A release
+without one is held to threshold and gain; its band is skipped (see grpo_references). The result names
+the engine and the reference file.
 """
 from __future__ import annotations
 
@@ -38,10 +40,10 @@ from pathlib import Path
 
 from harness.results.records import CheckResult, Status, Verdict, write_json_atomic
 
-from . import CheckOptions
+from . import CheckOptions, grpo_references
+from .grpo_references import REFERENCES, reference_path  # noqa: F401  (the benchmarks and tests use them here)
 
 NAME = "grpo-convergence"
-REFERENCES = Path(__file__).resolve().parents[2] / "trainers" / "references"
 TRAINER_MODULES = {"fsdp": "trainers.fsdp", "megatron": "trainers.megatron"}  # backend -> module, same flags
 NPROC = 2
 RUN_TIMEOUT = 800.0  # seconds; below the registry's 900 s for this check
@@ -52,12 +54,6 @@ DEFAULT_TOLERANCES = {"threshold": 0.6, "margin": 0.3, "band": 0.07, "smooth": 3
 
 
 FULLY_ASYNC_STALENESS = (1, 2)  # the staleness bounds a fully-async cell is checked at
-
-
-def reference_path(backend: str, model: str, staleness: int | None = None, rollout: str = "hf") -> Path:
-    """The sync reference, or (staleness K) the fully-async one; `_vllm` for the vLLM rollout's."""
-    suffix = ("" if staleness is None else f"_async{staleness}") + ("" if rollout == "hf" else f"_{rollout}")
-    return REFERENCES / f"grpo_{backend}_{model}{suffix}.json"
 
 
 def bounded_verdict(records: list[dict], limit: int) -> Verdict:
@@ -157,10 +153,12 @@ def _run_forked(module: str, argv: list[str], nproc: int, log: Path, timeout: fl
     return next((code for code in outcome.exit_codes if code), 0), outcome.seconds
 
 
-def evaluate(records: list[dict], reference: dict, comparable: bool = True) -> tuple[Status, str, dict, list[Verdict]]:
-    """The verdicts for a run's per-step records against a reference (pure: tests call it)."""
+def evaluate(records: list[dict], reference: dict, comparable: bool = True,
+             band_skip: str | None = None) -> tuple[Status, str, dict, list[Verdict]]:
+    """The verdicts for a run's per-step records against a reference (pure: tests call it); with
+    `band_skip` (the reference has no curve for this run's engine) the band is skipped for that reason."""
     curve = [float(r["reward_mean"]) for r in records]
-    ref_curve = [float(v) for v in reference["curve"]]
+    ref_curve = [float(v) for v in reference.get("curve", ())]
     final_window, initial_window = int(reference["final_window"]), int(reference["initial_window"])
     final = sum(curve[-final_window:]) / len(curve[-final_window:])
     initial = sum(curve[:initial_window]) / len(curve[:initial_window])
@@ -180,7 +178,9 @@ def evaluate(records: list[dict], reference: dict, comparable: bool = True) -> t
         Verdict("gain", Status.PASS if gain >= reference["margin"] else Status.FAIL,
                 f"gain {gain:.3f} ({initial:.3f} -> {final:.3f}) vs margin {reference['margin']}"),
     ]
-    if not comparable or len(curve) != len(ref_curve):
+    if band_skip:
+        verdicts.append(Verdict("band", Status.SKIP, band_skip))
+    elif not comparable or len(curve) != len(ref_curve):
         verdicts.append(Verdict("band", Status.SKIP, "seed, steps or model config differ from the reference's"))
     else:
         inside = max_deviation <= reference["band"]
@@ -232,11 +232,13 @@ def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | 
              reference: dict | None) -> CheckResult:
     """One trainer run against its reference: sync (staleness None) or fully-async at `staleness`."""
     rollout = cell_rollout(options.backend) if staleness is None else "hf"  # fully-async runs keep HF generate
+    band_skip, reference_file = None, None
     if reference is None:
-        path = reference_path(options.backend, options.model, staleness, rollout)
-        if not path.exists():
-            return CheckResult(NAME, Status.SKIP, f"no reference curve {path.name}; make one with --regenerate")
-        reference = json.loads(path.read_text(encoding="utf-8"))
+        reference, band_skip, path = grpo_references.choose(options.backend, options.model, staleness, rollout,
+                                                            _engine(rollout))
+        if reference is None:
+            return CheckResult(NAME, Status.SKIP, band_skip)
+        reference_file = path.name if band_skip is None else None
     steps = options.steps or int(reference["steps"])
     args = {**reference.get("trainer_args", {}), **(trainer_args or {})}
     if staleness is not None:
@@ -260,7 +262,7 @@ def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | 
                            metrics={"per_step": records, "wall_seconds": seconds}, log=str(log))
     comparable = (options.seed == reference["seed"] and steps == reference["steps"] and options.model_config is None
                   and not trainer_args)
-    status, message, metrics, verdicts = evaluate(records, reference, comparable)
+    status, message, metrics, verdicts = evaluate(records, reference, comparable, band_skip)
     if staleness is not None:
         from trainers.fully_async.driver import staleness_distribution
 
@@ -272,7 +274,12 @@ def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | 
         metrics.update({k: last.get(k) for k in ("overlap_fraction", "rollout_busy_fraction", "update_busy_fraction")})
     metrics["wall_seconds"] = round(seconds, 2)
     metrics["engine"] = _engine(args.get("rollout", "hf"))
+    metrics["reference_file"] = reference_file  # None: held to no curve (band skipped) or to a test's reference
     metrics["command"] = command[1:]
+    if args.get("rollout", "hf") != "hf":  # the report shows messages: say which engine rolled out
+        from .vllm_engine import describe
+
+        message = f"rollout {describe(metrics['engine'])}: {message}"
     return CheckResult(NAME, status, message, metrics=metrics, verdicts=verdicts, log=str(log))
 
 
@@ -317,15 +324,16 @@ def _portable(argv: list[str]) -> list[str]:
 def regenerate(model: str, backend: str, work_dir: Path, argv: list[str], staleness: int | None = None,
                rollout: str = "hf") -> Path:
     """Run the trainer with the reference's settings and rewrite the reference file. A new
-    fully-async reference starts from the sync reference's settings, with the mode added."""
-    path = reference_path(backend, model, staleness, rollout)
-    base = reference_path(backend, model)
+    fully-async reference starts from the sync reference's settings, with the mode added; a new
+    vLLM release's from another release's (grpo_references.new_reference_settings)."""
+    engine = _engine(rollout)
+    if engine is None:
+        raise SystemExit(f"--rollout {rollout}: no vLLM is installed in this environment")
+    path = reference_path(backend, model, staleness, rollout, engine)
     if path.exists():
-        old = json.loads(path.read_text(encoding="utf-8"))
-    elif base.exists():  # the sync run's settings and tolerances; its curve and notes are its own
-        old = {k: v for k, v in json.loads(base.read_text(encoding="utf-8")).items() if k not in ("curve", "notes")}
-    else:
-        old = {}
+        old = grpo_references.load(path)
+    else:  # another vLLM release's settings, else the sync run's; their curves and notes are their own
+        old = grpo_references.new_reference_settings(backend, model, staleness, rollout)
     if not path.exists() and rollout == "vllm":  # on the vLLM checks' model, one rank, with the vLLM rollout
         from . import vllm_engine
 
@@ -350,7 +358,7 @@ def regenerate(model: str, backend: str, work_dir: Path, argv: list[str], stalen
         from trainers.fully_async.driver import staleness_distribution
 
         settings["staleness_distribution"] = staleness_distribution(records)
-    settings["made_with"] = {**made_with(argv, backend, records[0]), "engine": _engine(rollout)}
+    settings["made_with"] = {**made_with(argv, backend, records[0]), "engine": engine}
     write_json_atomic(path, settings)
     return path
 
