@@ -247,3 +247,15 @@ def test_a_cell_records_its_phases_and_no_fork_runs_fresh_interpreters(tmp_path,
     (a,), (b,) = forked.checks, fresh.checks
     assert a.status is b.status is Status.PASS and a.metrics["answer"] == b.metrics["answer"] == 42
     assert "-m harness run" in a.metrics["runner"] and "-m harness run" in b.metrics["runner"]  # not the server
+
+
+def test_a_deferred_server_starts_at_the_first_check_it_must_run(tmp_path, project_env):
+    env = _env(project_env, "pass", tmp_path)
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT, start=False)
+    try:
+        assert processes.ready() == 0 and processes.server is None  # expected every check to be reused
+        result = processes.run("misbehave", [], tmp_path / "logs" / "misbehave.log", 60)
+        assert processes.server is not None and result.status is Status.PASS  # one was not, after all
+    finally:
+        processes.close()
+    assert "check server ready: imported json" in (tmp_path / "setup.log").read_text()

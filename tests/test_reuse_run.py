@@ -61,3 +61,19 @@ def test_a_check_that_does_not_load_the_differing_distribution_is_reused_and_one
     again = _run(tmp_path, env, "--redo", "--no-reuse", "--no-report")
     assert all(check["reused_from"] is None for cell in again.values() for check in cell.values())
     assert again[SECOND]["plain"]["metrics"]["pid"] != again[FIRST]["plain"]["metrics"]["pid"]
+
+
+def test_a_cell_whose_checks_are_all_reused_starts_no_check_server(tmp_path, project_env):
+    env = {**project_env, "HARNESS_EXTRA_CHECKS": "plain=reuse_plain,imports=reuse_imports,child=reuse_child"}
+    cells = _run(tmp_path, env, "--checks", "plain", "imports", "--no-report")
+    assert cells[SECOND]["plain"]["reused_from"] == FIRST and cells[SECOND]["imports"]["reused_from"] is None
+    logs = {cell: (tmp_path / "out" / "cells" / cell / "logs" / "setup.log").read_text() for cell in (FIRST, SECOND)}
+    assert "check server ready" in logs[FIRST] and "check server ready" in logs[SECOND]  # one check to run
+
+    again = _run(tmp_path, env, "--redo", "--checks", "plain", "--no-report")  # --redo: reused from this run only
+    assert again[SECOND]["plain"]["reused_from"] == FIRST
+    log = (tmp_path / "out" / "cells" / SECOND / "logs" / "setup.log").read_text()
+    assert "check server" not in log  # every check reused: no server, no imports
+    second = json.loads((tmp_path / "out" / "cells" / f"{SECOND}.json").read_text())
+    assert second["phases"]["imports"] == 0 and second["phases"]["capture"] > 0
+    assert "check server ready" in (tmp_path / "out" / "cells" / FIRST / "logs" / "setup.log").read_text()

@@ -146,10 +146,11 @@ def site_packages(env: CellEnv) -> list[Path]:
 
 def install_import_recorder(env: CellEnv) -> None:
     """Put importrecord.py into the environment with a .pth line that starts it only when a check's
-    process has HARNESS_IMPORT_RECORD set (every other use of the environment pays one dict lookup)."""
+    process has HARNESS_IMPORT_RECORD set, or a fork server HARNESS_IMPORT_GRAPH (every other use of the
+    environment pays two dict lookups)."""
     source = Path(importrecord.__file__).read_text(encoding="utf-8")
-    line = (f"import os; os.environ.get({importrecord.VARIABLE!r}) and "
-            f"__import__({importrecord.INSTALLED_AS!r})\n")
+    line = (f"import os; (os.environ.get({importrecord.VARIABLE!r}) or os.environ.get({importrecord.GRAPH_VARIABLE!r}))"
+            f" and __import__({importrecord.INSTALLED_AS!r})\n")
     for directory in site_packages(env):
         for path, text in ((directory / f"{importrecord.INSTALLED_AS}.py", source),
                            (directory / f"{importrecord.INSTALLED_AS}.pth", line)):

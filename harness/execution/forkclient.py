@@ -16,6 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from harness.envs.importrecord import GRAPH_VARIABLE
 from harness.envs.lifetime import die_with_parent
 from harness.results.records import CheckResult
 
@@ -34,15 +35,20 @@ class CheckServer:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = [str(python), "-m", "harness", "checkserver"]
         argv += ["--preload", ",".join(preload)] if preload is not None else []  # None: forkserver.PRELOAD
+        # The environment's import recorder keeps the server's import graph, so that each check counts
+        # the preloaded packages it touches, not all of them (envs/importrecord.py).
+        server_env = {**(os.environ if env is None else env), GRAPH_VARIABLE: "1"}
         with open(log_path, "ab") as log:
             # Its own session: Ctrl-C reaches the runner only, which then stops the server itself.
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True,
+                                         stdout=subprocess.PIPE, stderr=log, env=server_env, start_new_session=True,
                                          preexec_fn=die_with_parent)
         self.env = dict(os.environ if env is None else env)  # what the server and so each fork start from
         self.buffer = b""
         self.imports = 0.0
         self.modules: list[str] = []
+        self.graph = False  # whether its checks count only the preloaded packages they touch
+        self.is_ready = False
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         """Block until the imports are done; ServerUnavailable with the server's reason if it refused."""
@@ -53,6 +59,7 @@ class CheckServer:
         if not reply.get("ready"):
             raise ServerUnavailable(reply.get("reason", "the check server refused"))
         self.imports, self.modules = float(reply["imports"]), list(reply["modules"])
+        self.graph, self.is_ready = bool(reply.get("graph")), True
 
     def run(self, name: str, args: list[str], log_path: Path, timeout: float, env: dict[str, str] | None = None,
             memory_limit_mb: int | None = None) -> CheckResult:
@@ -139,19 +146,32 @@ class CheckProcesses:
     """Where a cell's checks run: forked from its check server while one lives, else fresh interpreters."""
 
     def __init__(self, python: Path | str, env: dict[str, str], setup_log: Path, fork: bool = True,
-                 preload: tuple[str, ...] | None = None):
-        self.python, self.env, self.setup_log = python, env, setup_log
-        self.server: CheckServer | None = CheckServer(python, env, setup_log, preload) if fork else None
+                 preload: tuple[str, ...] | None = None, start: bool = True):
+        """`start=False` defers the server to the first check run: a cell that expects to reuse every
+        check from other cells pays for no imports unless one is not reused after all."""
+        self.python, self.env, self.setup_log, self.preload = python, env, setup_log, preload
+        self.fork, self.started = fork, False
+        self.server: CheckServer | None = None
         self.imports = 0.0
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Start the check server (once: one that failed is not tried again), if the cell forks its checks."""
+        if self.fork and not self.started:
+            self.started = True
+            self.server = CheckServer(self.python, self.env, self.setup_log, self.preload)
 
     def ready(self) -> float:
         """Wait for the server's imports (they overlap whatever ran since the start); their seconds, 0 without one."""
-        if self.server is not None:
+        if self.server is not None and not self.server.is_ready:
             try:
                 self.server.wait_ready()
                 self.imports = self.server.imports
+                counted = ("each check counts the preloaded packages it touches" if self.server.graph else
+                           "no import recorder: each check counts all of them")
                 self._note(f"check server ready: imported {', '.join(self.server.modules) or 'nothing'} "
-                           f"once in {self.imports:.1f} s")
+                           f"once in {self.imports:.1f} s ({counted})")
             except ServerUnavailable as exc:
                 self._fall_back(str(exc))
         return self.imports
@@ -162,6 +182,9 @@ class CheckProcesses:
         env = self.env if env is None else env
         if runner.STOPPING.is_set():  # the run was interrupted in another thread
             raise KeyboardInterrupt
+        if self.fork and not self.started:  # deferred: the first check not reused after all
+            self.start()
+            self.ready()
         if self.server is not None:
             try:
                 return self.server.run(name, args, log_path, timeout, env, memory_limit_mb)

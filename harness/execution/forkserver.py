@@ -28,15 +28,17 @@ import time
 import traceback
 from pathlib import Path
 
+from harness.envs.importrecord import GRAPH_VARIABLE, INSTALLED_AS
 from harness.envs.lifetime import die_with_parent
 
 from . import runner
 
-# What (nearly) every check imports, heaviest first; each only where installed. Reuse across cells
-# counts every module the server imported as loaded by each check (execution/loaded.py), so a package
-# only some checks import stays out: tensordict (not in stack-smoke, patch-parity, offload-regression,
-# launch-plans) and megatron-core would stop their reuse across those axes. vLLM is left to its checks:
-# its engine starts worker processes of its own.
+# What (nearly) every check imports, heaviest first; each only where installed, one preload step each. With
+# the environment's import recorder keeping this server's import graph, a forked check counts for reuse only
+# the preloaded packages it touches and what they pulled in (envs/importrecord.py), so the list costs no reuse;
+# without it (an environment whose recorder predates the graph) every check counts all of them. A module may
+# be listed only if importing it changes no other package's behaviour that a check which does not touch it
+# could see (that would not be counted). vLLM is left to its checks: its engine starts processes of its own.
 PRELOAD = ("torch", "numpy", "torch.distributed", "torch.distributed.fsdp", "transformers",
            "transformers.models.qwen3_5.modeling_qwen3_5", "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
            "harness.cli")
@@ -50,9 +52,19 @@ def installed(module: str) -> bool:
         return False
 
 
+def import_graph():
+    """The cell environment's import recorder when it keeps this server's import graph (a check then counts
+    only the preloaded packages it touches), else None (each check counts everything the server holds)."""
+    recorder = sys.modules.get(INSTALLED_AS)
+    return recorder.RECORDER if recorder is not None and recorder.RECORDER.graphing else None
+
+
 def preload(modules=PRELOAD) -> list[str]:
-    """Import every installed module of `modules`; raises what an import raises: a half-imported
-    package would make a forked check behave unlike a fresh interpreter, so the cell falls back."""
+    """Import every installed module of `modules`, one preload step each; raises what an import raises:
+    a half-imported package would make a forked check behave unlike a fresh interpreter, so the cell falls back."""
+    graph = import_graph()
+    if graph is not None:  # the step itself asks whether the module is installed: charged to it, not to this module
+        return [module for module in modules if graph.preload(module)]
     loaded = []
     for module in modules:
         if installed(module):
@@ -95,6 +107,7 @@ def _run_check(request: dict, server_pid: int, channels: tuple[int, ...]) -> Non
         os.dup2(log, 2)
         for fd in {log, null, *channels} - {0, 1, 2}:
             os.close(fd)
+        os.environ.pop(GRAPH_VARIABLE, None)  # the check's own children record themselves, as a check's do
         os.environ.update(request.get("env", {}))  # the check's own variables (reuse's import record)
         for key in request.get("unset", []):
             os.environ.pop(key, None)
@@ -126,7 +139,8 @@ def serve(requests, replies: int, modules=PRELOAD) -> int:
     if hazards:
         _send(replies, {"ready": False, "reason": "unsafe to fork after the imports: " + ", ".join(hazards)})
         return 1
-    _send(replies, {"ready": True, "imports": round(time.perf_counter() - start, 3), "modules": loaded})
+    _send(replies, {"ready": True, "imports": round(time.perf_counter() - start, 3), "modules": loaded,
+                    "graph": import_graph() is not None})
     server_pid = os.getpid()
     for line in requests:
         request = json.loads(line)

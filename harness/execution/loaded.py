@@ -21,9 +21,9 @@ import sys
 import uuid
 from pathlib import Path
 
-from harness.envs.importrecord import DIST_PREFIX, HEADER, INCOMPLETE, INSTALLED_AS, VARIABLE
+from harness.envs.importrecord import DIST_PREFIX, HEADER, INCOMPLETE, INSTALLED_AS, PROJECT, VARIABLE
 
-PROJECT_PACKAGES = frozenset({"harness", "trainers"})
+PROJECT_PACKAGES = PROJECT
 NOT_MODULES = frozenset({"__main__", "__mp_main__", INSTALLED_AS})
 ALL_DISTRIBUTIONS = f"{DIST_PREFIX}*"
 MAX_HASHED_FILES = 5000  # a bigger tree on the search path is not hashed, and so never matches

@@ -84,6 +84,12 @@ def fingerprint(context_hash: str, providers: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps([context_hash, sorted(providers.items())]).encode()).hexdigest()[:32]
 
 
+def providers_digest(providers: dict[str, str]) -> str:
+    """What a check loaded, without its context: enough to tell, before the environment capture, that a
+    result may be reused (the context can still differ)."""
+    return hashlib.sha256(json.dumps(sorted(providers.items())).encode()).hexdigest()[:32]
+
+
 def reusable(result: CheckResult) -> bool:
     """Decided by the check itself (judged by its own status, before known failures), and recorded whole."""
     own = result.original_status or result.status
@@ -103,6 +109,7 @@ class ReuseIndex:
         self._lock = threading.Lock()
         self._seeded = not from_disk
         self._entries: dict[str, dict[frozenset[str], dict[str, tuple[str, CheckResult | None]]]] = {}
+        self._loaded: dict[str, dict[frozenset[str], set[str]]] = {}  # check -> modules -> providers_digest
 
     def __reduce__(self):  # sent to another process (a Ray worker): it builds its own
         return ReuseIndex, (self.out_dir, self.from_disk)
@@ -116,7 +123,10 @@ class ReuseIndex:
         shapes = self._entries.setdefault(result.check, {})
         source = result.reused_from or cell_id
         kept = CheckResult.from_dict(result.to_dict()) if keep else None  # its cell may still change the original
-        shapes.setdefault(module_names(result.modules), {})[result.fingerprint] = (source, kept)
+        names = module_names(result.modules)
+        shapes.setdefault(names, {})[result.fingerprint] = (source, kept)
+        providers = {name: provider for provider, grouped in result.modules.items() for name in grouped.split()}
+        self._loaded.setdefault(result.check, {}).setdefault(names, set()).add(providers_digest(providers))
 
     def _seed(self) -> None:
         for path in sorted((self.out_dir / "cells").glob("*.json")):
@@ -128,6 +138,15 @@ class ReuseIndex:
                 if reusable(result):
                     self._add(cell.cell_id, result, keep=False)
         self._seeded = True
+
+    def may_reuse(self, check: str, modules: EnvironmentModules) -> bool:
+        """Whether some result of `check` loaded exactly what this environment provides: known before the
+        environment capture, so that a cell expecting to reuse every check need not start its check server."""
+        with self._lock:
+            if not self._seeded:
+                self._seed()
+            shapes = list(self._loaded.get(check, {}).items())
+        return any(providers_digest(modules.providers(names)) in digests for names, digests in shapes)
 
     def find(self, check: str, context_hash: str, modules: EnvironmentModules) -> CheckResult | None:
         """A result this cell may reuse for `check`, marked with the cell that produced it."""
@@ -163,6 +182,9 @@ class CellReuse:
     def __init__(self, index: ReuseIndex, cell_id: str, modules: EnvironmentModules, contexts) -> None:
         self.index, self.cell_id, self.modules = index, cell_id, modules
         self.contexts = contexts  # check name -> context hash, or None where it cannot be known
+
+    def may_reuse(self, check: str) -> bool:
+        return self.index.may_reuse(check, self.modules)
 
     def find(self, check: str) -> CheckResult | None:
         context_hash = self.contexts(check)

@@ -179,24 +179,30 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
         result.lock = str(rel / "lock.txt")
         # The check server imports while the environment is captured: the two overlap.
         to_run = [n for n in wanted if n not in kept and cell.axes["backend"] in checks.CHECKS[n].backends]
+        capture = {}
+        cell_reuse = _cell_reuse(cell, env, opts, capture)
+        # A cell that expects to reuse every check starts its server only if one is not reused after all.
+        expect_reuse = cell_reuse is not None and all(cell_reuse.may_reuse(name) for name in to_run)
         processes = CheckProcesses(env.python, env.run_env(check_environment(cell, opts)), setup_log,
-                                   fork=opts.fork and bool(to_run))
+                                   fork=opts.fork and bool(to_run), start=not expect_reuse)
         try:
             phase = time.perf_counter()
             result.environment = _capture(env, opts)
+            capture.update(result.environment)  # the checks' contexts read it from now on
             result.phases["capture"] = round(time.perf_counter() - phase, 3)
-            cell_reuse = _cell_reuse(cell, env, opts, result.environment)
-            result.phases["imports"] = processes.ready()
+            processes.ready()
             result.checks = combine_checks(wanted, kept, lambda name: _reused_or_run(
                 name, cell, cell_reuse, lambda run_opts: _one_check(name, cell, matrix, env, processes, run_opts, rel),
                 opts))
+            result.phases["imports"] = processes.imports
         finally:
             processes.close()
     return _finish(result, cell, opts, start)
 
 
 def _cell_reuse(cell: Cell, env: cellenv.CellEnv, opts: RunOptions, capture: dict) -> CellReuse | None:
-    """Reuse across cells for this cell (None with --no-reuse): its lock, modules and check contexts."""
+    """Reuse across cells for this cell (None with --no-reuse): its lock, modules and check contexts (read
+    from `capture`, the environment capture, when a check asks)."""
     if not opts.reuse:
         return None
     index = opts.reuse_index or ReuseIndex(opts.out_dir, from_disk=not opts.redo)
