@@ -77,3 +77,21 @@ def test_a_cell_whose_checks_are_all_reused_starts_no_check_server(tmp_path, pro
     second = json.loads((tmp_path / "out" / "cells" / f"{SECOND}.json").read_text())
     assert second["phases"]["imports"] == 0 and second["phases"]["capture"] > 0
     assert "check server ready" in (tmp_path / "out" / "cells" / FIRST / "logs" / "setup.log").read_text()
+
+
+def test_cells_running_at_the_same_time_reuse_each_others_results(tmp_path, project_env):
+    env = {**project_env, "HARNESS_EXTRA_CHECKS": "plain=reuse_plain,imports=reuse_imports,child=reuse_child",
+           "REUSE_PLAIN_SECONDS": "6"}  # both cells reach `plain` while the other runs it
+    (tmp_path / "m.toml").write_text(MATRIX)
+    done = subprocess.run([sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out",
+                           str(tmp_path / "out"), "--env-root", str(tmp_path / "envs"), "--no-index-check",
+                           "--jobs", "2", "--no-report", "--checks", "plain", "imports"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    checks = {}
+    for cell in (FIRST, SECOND):
+        data = json.loads((tmp_path / "out" / "cells" / f"{cell}.json").read_text())
+        checks[cell] = {check["check"]: check for check in data["checks"]}
+    plain = sorted(str(checks[cell]["plain"]["reused_from"]) for cell in (FIRST, SECOND))
+    assert plain in (["None", FIRST], ["None", SECOND])  # one ran it, the other waited and took its result
+    assert all(checks[cell]["imports"]["reused_from"] is None for cell in (FIRST, SECOND))  # mbridge differs

@@ -110,9 +110,30 @@ class ReuseIndex:
         self._seeded = not from_disk
         self._entries: dict[str, dict[frozenset[str], dict[str, tuple[str, CheckResult | None]]]] = {}
         self._loaded: dict[str, dict[frozenset[str], set[str]]] = {}  # check -> modules -> providers_digest
+        self._running: dict[str, int] = {}  # check -> how many cells run it now (cells in parallel)
+        self._finished = threading.Condition(self._lock)
 
     def __reduce__(self):  # sent to another process (a Ray worker): it builds its own
         return ReuseIndex, (self.out_dir, self.from_disk)
+
+    def claim(self, checks: list[str]) -> str:
+        """The first of `checks` that no other cell is running now, marked as running; when every one is
+        running elsewhere, wait until one finishes, so that its result can be reused rather than computed
+        twice at once (cells in parallel). `release` it when done. Waits only on checks that are running,
+        each bounded by its timeout, and a cell claims one check at a time: no cycle."""
+        with self._finished:
+            while True:
+                free = next((name for name in checks if not self._running.get(name)), None)
+                if free is not None:
+                    self._running[free] = self._running.get(free, 0) + 1
+                    return free
+                self._finished.wait(timeout=5)  # woken by release; the timeout only guards against a lost wake-up
+
+    def release(self, check: str) -> None:
+        """After the check ran and its result was added (or was reused): wake the cells waiting for it."""
+        with self._finished:
+            self._running[check] -= 1
+            self._finished.notify_all()
 
     def add(self, cell_id: str, result: CheckResult, keep: bool = True) -> None:
         if reusable(result):
@@ -185,6 +206,19 @@ class CellReuse:
 
     def may_reuse(self, check: str) -> bool:
         return self.index.may_reuse(check, self.modules)
+
+    def in_turn(self, checks: list[str], run_one) -> dict:
+        """`run_one(name)` for each of `checks`, each when no other cell is running it, else another first:
+        cells in parallel then take each other's results instead of computing them at the same time."""
+        results, pending = {}, list(checks)
+        while pending:
+            name = self.index.claim(pending)
+            pending.remove(name)
+            try:
+                results[name] = run_one(name)
+            finally:
+                self.index.release(name)
+        return results
 
     def find(self, check: str) -> CheckResult | None:
         context_hash = self.contexts(check)

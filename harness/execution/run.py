@@ -191,9 +191,15 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
             capture.update(result.environment)  # the checks' contexts read it from now on
             result.phases["capture"] = round(time.perf_counter() - phase, 3)
             processes.ready()
-            result.checks = combine_checks(wanted, kept, lambda name: _reused_or_run(
-                name, cell, cell_reuse, lambda run_opts: _one_check(name, cell, matrix, env, processes, run_opts, rel),
-                opts))
+            def one(name: str) -> CheckResult:
+                return _reused_or_run(name, cell, cell_reuse, lambda run_opts: _one_check(
+                    name, cell, matrix, env, processes, run_opts, rel), opts)
+
+            if cell_reuse is None:
+                result.checks = combine_checks(wanted, kept, one)
+            else:  # in the order that lets cells running at the same time reuse each other's results
+                done = cell_reuse.in_turn([name for name in wanted if name not in kept], one)
+                result.checks = combine_checks(wanted, kept, done.__getitem__)
             result.phases["imports"] = processes.imports
         finally:
             processes.close()
