@@ -1,6 +1,7 @@
 """A real run of two cells that differ only in mbridge's version: the check that imports nothing of it is
 reused from the first cell, with a link in the report; the checks that import mbridge, in their own process
-or in a child process, run again; --no-reuse runs everything."""
+or in a child process, run again; --no-reuse runs everything. A cell whose checks are all reused starts no
+check server, and cells running at the same time reuse each other's results."""
 from __future__ import annotations
 
 import json
@@ -26,12 +27,12 @@ FIRST, SECOND = "fsdp-text-mbridge0.13.0", "fsdp-text-mbridge0.15.1"
 pytestmark = pytest.mark.slow
 
 
-def _run(tmp_path: Path, env: dict, *extra: str) -> dict[str, dict[str, dict]]:
+def _run(tmp_path: Path, env: dict, *extra: str, jobs: str = "1") -> dict[str, dict[str, dict]]:
+    """The two cells run (by default one after the other), then their checks by cell and name."""
     (tmp_path / "m.toml").write_text(MATRIX)
     done = subprocess.run([sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out",
                            str(tmp_path / "out"), "--env-root", str(tmp_path / "envs"), "--no-index-check",
-                           "--jobs", "1", *extra],  # one after the other: cells running together do not reuse
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                           "--jobs", jobs, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     cells = {}
     for cell in (FIRST, SECOND):
@@ -82,16 +83,7 @@ def test_a_cell_whose_checks_are_all_reused_starts_no_check_server(tmp_path, pro
 def test_cells_running_at_the_same_time_reuse_each_others_results(tmp_path, project_env):
     env = {**project_env, "HARNESS_EXTRA_CHECKS": "plain=reuse_plain,imports=reuse_imports,child=reuse_child",
            "REUSE_PLAIN_SECONDS": "6"}  # both cells reach `plain` while the other runs it
-    (tmp_path / "m.toml").write_text(MATRIX)
-    done = subprocess.run([sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out",
-                           str(tmp_path / "out"), "--env-root", str(tmp_path / "envs"), "--no-index-check",
-                           "--jobs", "2", "--no-report", "--checks", "plain", "imports"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr
-    checks = {}
-    for cell in (FIRST, SECOND):
-        data = json.loads((tmp_path / "out" / "cells" / f"{cell}.json").read_text())
-        checks[cell] = {check["check"]: check for check in data["checks"]}
+    checks = _run(tmp_path, env, "--no-report", "--checks", "plain", "imports", jobs="2")
     plain = sorted(str(checks[cell]["plain"]["reused_from"]) for cell in (FIRST, SECOND))
     assert plain in (["None", FIRST], ["None", SECOND])  # one ran it, the other waited and took its result
     assert all(checks[cell]["imports"]["reused_from"] is None for cell in (FIRST, SECOND))  # mbridge differs

@@ -11,7 +11,7 @@ keeps the clock and the verdicts (runner.outcome).
 Forking is safe only from a process with one thread: the server refuses (and the cell falls back to
 fresh interpreters) when an import started a thread, native ones included, or initialised CUDA.
 
-Protocol: JSON lines. Server -> runner: {"ready": true, "imports": s, "modules": [...]} or
+Protocol: JSON lines. Server -> runner: {"ready": true, "imports": s, "modules": [...], "graph": bool} or
 {"ready": false, "reason": ...}; then per request {"started": pid} and {"exited": pid, "code": c}.
 Runner -> server: {"check", "args", "log", "result", "memory_limit_mb"}; end of input stops it.
 """
