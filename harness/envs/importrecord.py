@@ -237,7 +237,10 @@ def start(directory: str) -> None:
 
 
 def _hooked_import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002 - __import__'s own names
-    RECORDER.asked_for(_absolute(name, globals, level), fromlist or ())
+    if level or fromlist or name not in _DONE:  # a forked check's repeated `import x` (a hot function's) costs a lookup
+        RECORDER.asked_for(_absolute(name, globals, level), fromlist or ())
+        if RECORDER.forked and RECORDER.fd >= 0 and not level and not fromlist:
+            _DONE.add(name)
     return _IMPORT(name, globals, locals, fromlist, level)
 
 
@@ -258,6 +261,7 @@ def _hooked_find_spec(name, package=None):
 
 
 _IMPORT, _IMPORT_MODULE, _FIND_SPEC = builtins.__import__, importlib.import_module, importlib.util.find_spec
+_DONE: set[str] = set()  # plain imports a forked check has recorded into its file (its forks inherit the file's lines)
 
 
 def graph() -> None:
