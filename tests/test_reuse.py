@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -271,3 +272,20 @@ def test_a_cell_run_in_its_container_image_gets_no_reuse_when_the_host_run_has_n
     opts = RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", reuse=reuse_on)
     args = container.run_args(m.cells[0], m, opts, container.Image("img", "sha256:" + "1" * 64), environ={})
     assert ("--no-reuse" in args["command"]) is not reuse_on
+
+
+def test_a_cell_takes_first_a_check_no_other_cell_runs_and_waits_only_when_all_it_has_left_run_elsewhere(tmp_path):
+    index = reuse.ReuseIndex(tmp_path, from_disk=False)
+    assert index.claim(["a", "b"]) == "a"  # cell 1 runs a
+    assert index.claim(["a", "b"]) == "b"  # cell 2 runs b meanwhile, not a second a
+    got = []
+    waiting = threading.Thread(target=lambda: got.append(index.claim(["a"])))  # cell 2 has only a left
+    waiting.start()
+    waiting.join(timeout=0.5)
+    assert waiting.is_alive() and got == []  # it waits for cell 1's a, whose result it may then reuse
+    index.release("a")
+    waiting.join(timeout=10)
+    assert got == ["a"]
+    index.release("a")
+    index.release("b")
+    assert index.claim(["b"]) == "b"  # released: free again
