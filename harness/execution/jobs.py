@@ -4,12 +4,17 @@ kernel says is available, and what the selected cells cost.
 A cell's cost is its heaviest moment, measured on the development machine (2 cores, one thread per
 process; README, "How a cell runs its checks"): an FSDP cell is one check process at a time plus a short
 2-rank torchrun; a Megatron cell's bridge-parity runs five processes at once (TP1, and TP2 and EP2 with
-two ranks each); a vLLM or fully-async cell runs an engine or a producer beside the trainer. The run
-takes the heaviest selected cell's cost, so no mix of cells can oversubscribe the cores or the memory.
+two ranks each); a vLLM or fully-async cell runs an engine or a producer beside the trainer. Up to as
+many cells as the lightest cost allows run at once, and each holds its own cost of a shared budget
+while it runs (`Budget`), first come first served: on 2 cores two FSDP cells share the machine and a
+Megatron cell waits for both cores, so no mix of cells oversubscribes the cores or the memory.
 """
 from __future__ import annotations
 
 import os
+import threading
+from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,15 +64,59 @@ def available_memory_mb(meminfo: Path = MEMINFO) -> int | None:
 
 def auto_jobs(cells, cores: int | None = None, memory_mb: int | None = None,
               meminfo: Path = MEMINFO) -> tuple[int, str]:
-    """(cells at once, why in one line); at least 1, at most the number of cells."""
+    """(cells at once, why in one line); at least 1, at most the number of cells. Run them under a
+    `Budget` of the same cores and memory, so the heavier cells wait for their share."""
     cores = usable_cores() if cores is None else cores
     memory_mb = available_memory_mb(meminfo) if memory_mb is None else memory_mb
     costs = [cell_cost(c) for c in cells] or [FSDP]
-    heaviest = max(costs, key=lambda c: (c.cores, c.memory_mb))
-    by_cores = cores // heaviest.cores
-    by_memory = by_cores if memory_mb is None else memory_mb // max(c.memory_mb for c in costs)
+    lightest = min(costs, key=lambda c: (c.cores, c.memory_mb))
+    by_cores = cores // lightest.cores
+    by_memory = by_cores if memory_mb is None else memory_mb // lightest.memory_mb
     jobs = max(1, min(len(cells) or 1, by_cores, by_memory))
     memory = "memory unknown" if memory_mb is None else f"{memory_mb / 1024:.1f} GiB available"
-    why = (f"{cores} usable cores, {memory}; the heaviest cell ({heaviest.kind}) needs {heaviest.cores} "
-           f"core{'s' if heaviest.cores > 1 else ''} and {max(c.memory_mb for c in costs) / 1024:.1f} GiB")
+    kinds = {c.kind: c for c in costs}
+    needs = ", ".join(f"{k} {c.cores} core{'s' if c.cores > 1 else ''} {c.memory_mb / 1024:.1f} GiB"
+                      for k, c in sorted(kinds.items()))
+    why = f"{cores} usable cores, {memory}; each cell holds what it needs while it runs: {needs}"
     return jobs, why
+
+
+class Budget:
+    """Cores and memory shared by the cells of a run. A cell holds its cost while it runs; cells are
+    served in the order they ask, so a 2-core cell is not starved by 1-core cells behind it. A cost above
+    the whole budget is cut to it: that cell runs alone rather than never."""
+
+    def __init__(self, cores: int, memory_mb: int | None, stopping: threading.Event | None = None):
+        self.cores, self.memory_mb = max(1, cores), memory_mb
+        self._free_cores, self._free_mb = self.cores, memory_mb
+        self._queue: deque[object] = deque()
+        self._changed = threading.Condition()
+        self._stopping = stopping or threading.Event()
+
+    @contextmanager
+    def hold(self, cost: CellCost):
+        cores = min(cost.cores, self.cores)
+        memory = 0 if self.memory_mb is None else min(cost.memory_mb, self.memory_mb)
+        ticket = object()
+        with self._changed:
+            self._queue.append(ticket)
+            try:
+                while not (self._queue[0] is ticket and self._free_cores >= cores
+                           and (self._free_mb is None or self._free_mb >= memory)):
+                    if self._stopping.is_set():  # the run is being stopped: never start another cell
+                        raise InterruptedError("the run is stopping")
+                    self._changed.wait(timeout=0.5)
+            finally:
+                self._queue.remove(ticket)
+                self._changed.notify_all()
+            self._free_cores -= cores
+            if self._free_mb is not None:
+                self._free_mb -= memory
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._free_cores += cores
+                if self._free_mb is not None:
+                    self._free_mb += memory
+                self._changed.notify_all()

@@ -11,6 +11,7 @@ import os
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from trainers import determinism
 
 from . import loaded, runner
 from .forkclient import CheckProcesses
+from .jobs import Budget, cell_cost
 from .progress import Progress
 from .reuse import CellReuse, ReuseIndex, context, harness_revision
 
@@ -60,6 +62,7 @@ class RunOptions:
     reuse: bool = True  # reuse a result of another cell that loaded exactly this cell's versions (reuse.py)
     reuse_index: ReuseIndex | None = field(default=None, repr=False, compare=False)  # shared by a run's cells
     fork: bool = True  # checks forked from one interpreter per cell that imports once; False: fresh ones
+    budget: Budget | None = field(default=None, repr=False, compare=False)  # --jobs auto: cores each cell holds
 
 
 def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
@@ -300,7 +303,11 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
     def one(cell: Cell) -> CellResult:
         earlier, complete = reusable(cell, opts)
         progress.started(cell.id, reused=complete)
-        done = earlier if complete else run_cell(cell, matrix, opts, earlier)
+        if complete:
+            done = earlier
+        else:
+            with opts.budget.hold(cell_cost(cell)) if opts.budget else nullcontext():
+                done = run_cell(cell, matrix, opts, earlier)
         progress.finished(cell.id, [c.status for c in done.checks])
         return done
 
