@@ -243,6 +243,10 @@ def _reused_or_run(name: str, cell: Cell, cell_reuse: CellReuse | None, run, opt
 
 
 def _finish(result: CellResult, cell: Cell, opts: RunOptions, start: float) -> CellResult:
+    if runner.STOPPING.is_set():
+        # Stopped from another thread while this cell ran: its last check was killed by the stop, which is
+        # not a finding. Write nothing, so the next run runs the cell again.
+        raise KeyboardInterrupt
     result.finished, result.duration = now(), round(time.perf_counter() - start, 3)
     reapply_known_failures(result, cell)  # the kept results, too
     write_json_atomic(cell_path(opts.out_dir, result.cell_id), result.to_dict())
