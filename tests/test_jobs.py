@@ -155,3 +155,17 @@ def test_two_cells_finishing_together_write_whole_lines(interactive):
         assert "running cell-a, cell-b" in stream.text or "running cell-b, cell-a" in stream.text
     else:
         assert "\x1b" not in stream.text and stream.text.endswith("\n")
+
+
+def test_a_cell_stopped_from_another_thread_writes_no_result(tmp_path):
+    from harness.execution import run, runner
+    from harness.results.records import CellResult, CheckResult, Status
+
+    killed = CellResult(matrix="m", cell_id="c", axes={}, checks=[CheckResult("x", Status.CRASH, "killed")])
+    runner.STOPPING.set()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run._finish(killed, None, run.RunOptions(out_dir=tmp_path), 0.0)
+    finally:
+        runner.STOPPING.clear()
+    assert not list(tmp_path.rglob("*.json"))
