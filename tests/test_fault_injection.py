@@ -1,8 +1,9 @@
 """Fault injection: a real matrix run killed at random moments, again and again (seeded), never loses or
 damages a finished result, and the next run completes the rest.
 
-Six cells of two cheap checks (tests/resources/checks/misbehaving.py); each try is killed after a random
-delay by SIGKILL, SIGTERM or SIGINT, landing in start-up, uv, the environment capture, a check or a write.
+Six cells of two cheap checks (tests/resources/checks/misbehaving.py); each try is killed by SIGKILL, SIGTERM or
+SIGINT, half the time after a random delay (landing in start-up, uv, the environment capture, a check or a write),
+half the time shortly after the next cell is written (so finished results are at stake whatever the machine's speed).
 """
 import json
 import random
@@ -46,6 +47,14 @@ def _assert_whole(out: Path, files: dict[str, bytes]) -> None:
     assert not list((out / "cells").glob(".*.tmp")) if (out / "cells").is_dir() else True
 
 
+def _wait_for_a_new_cell(run: subprocess.Popen, out: Path, had: int, limit_s: float = 120) -> None:
+    # Half the kills wait for a cell to finish first: on a slow machine, kills after a random delay alone
+    # mostly land before the first cell is written, and survival of finished results is then hardly tested.
+    deadline = time.monotonic() + limit_s
+    while run.poll() is None and len(_finished(out)) <= had and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_random_kills_never_damage_a_finished_result_and_the_next_run_completes(tmp_path, project_env):
     (tmp_path / "m.toml").write_text(MATRIX)
     env = {**project_env, "MISBEHAVE": "slow", "MISBEHAVE_SECONDS": "0.3", "CI": "1"}
@@ -62,7 +71,11 @@ def test_random_kills_never_damage_a_finished_result_and_the_next_run_completes(
         while True:
             assert time.monotonic() - start < BUDGET_S, f"only {kills} kills within {BUDGET_S} s"
             run = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            time.sleep(rng.uniform(0.3, 8.0))
+            if rng.random() < 0.5:
+                time.sleep(rng.uniform(0.3, 8.0))  # anywhere: start-up, uv, capture, a check, a write
+            else:
+                _wait_for_a_new_cell(run, out, len(kept))  # just after a write, so finished cells are at stake
+                time.sleep(rng.uniform(0.0, 1.5))
             sig = rng.choice(signals)
             run.send_signal(sig)
             _, err = run.communicate(timeout=120)
