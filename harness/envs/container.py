@@ -286,7 +286,8 @@ def run_cell(cell, matrix, opts, earlier: CellResult | None = None) -> CellResul
                  f"{tail(Path(opts.out_dir) / rel_log)[-2500:]}"
     result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags), started=started, setup_log=rel_log,
                         environment={"image": cell.axes["image"], "image_id": image.id if image else None,
-                                     "image_digest": image.digest if image else None})
+                                     "image_digest": image.digest if image else None,
+                                     "install": cell.install_order()})
     wanted = opts.checks or cell.checks
     result.checks = combine_checks(wanted, kept_results(earlier, wanted, opts.redo), lambda name: CheckResult(
         name, Status.ERROR, f"container: {reason}", log=rel_log, failure_class="infra"))

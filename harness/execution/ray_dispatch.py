@@ -141,7 +141,8 @@ def crash_result(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResu
     """The record of a cell whose task failed for good: its wanted checks `crash`, class infra."""
     wanted = opts.checks or cell.checks
     message = f"the Ray task running this cell failed after {opts.retries} retries: {reason[-1500:]}"
-    result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags))
+    result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags),
+                        environment={"install": cell.install_order()})
     result.checks = combine_checks(wanted, kept_results(earlier, wanted, opts.redo),
                                    lambda name: CheckResult(name, Status.CRASH, message, failure_class="infra"))
     return result

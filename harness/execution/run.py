@@ -248,6 +248,8 @@ def _finish(result: CellResult, cell: Cell, opts: RunOptions, start: float) -> C
         # not a finding. Write nothing, so the next run runs the cell again.
         raise KeyboardInterrupt
     result.finished, result.duration = now(), round(time.perf_counter() - start, 3)
+    # How to install the row by hand, whatever happened: a row whose pins conflict needs it most.
+    result.environment["install"] = cell.install_order()
     reapply_known_failures(result, cell)  # the kept results, too
     write_json_atomic(cell_path(opts.out_dir, result.cell_id), result.to_dict())
     return result

@@ -48,6 +48,12 @@ class Cell:
     def requirements(self) -> list[str]:
         return ax.requirements(self.axes) + list(self.extra_requirements)
 
+    def install_order(self) -> list[str]:
+        """The commands that install this cell, in order (its pins, then its install recipe), inside its image
+        when it names one."""
+        image = [f"in the image {self.axes['image']}:"] if self.axes.get("image") else []
+        return image + self.install.install_order(self.requirements, self.python)
+
     def pinned_releases(self) -> dict[str, str]:
         """Distribution -> exact version of everything this cell pins (axes and extra pins)."""
         pins = {dist: self.axes[axis] for axis, dist in ax.PACKAGE_AXES.items() if axis in self.axes}

@@ -51,6 +51,23 @@ class InstallRecipe:
         return {"from_index": list(self.from_index), "from_source": list(self.from_source),
                 "build_env": dict(self.build_env), "remove": list(self.remove)}
 
+    def install_order(self, requirements: list[str], python: str | None = None) -> list[str]:
+        """The commands that install a cell, in order, as the harness runs them (harness/envs/cellenv.py):
+        what a user copies to install the row by hand. Every word was validated when the matrix was loaded
+        (exact pins, distribution names, plain build variables)."""
+        steps = [f"uv venv --python {python}"] if python else []
+        steps.append("uv pip install " + " ".join(requirements))
+        if self.from_index:
+            names = " ".join(f"--reinstall-package {Requirement(p).name}" for p in self.from_index)
+            steps.append(f"uv pip install {names} {' '.join(self.from_index)} (from the package index alone)")
+        if self.from_source:
+            variables = "".join(f"{name}={value} " for name, value in self.build_env)
+            names = " ".join(f"--no-binary {Requirement(p).name}" for p in self.from_source)
+            steps.append(f"{variables}uv pip install {names} {' '.join(self.from_source)} (built from source)")
+        if self.remove:
+            steps.append("uv pip uninstall " + " ".join(self.remove))
+        return steps
+
 
 def parse(table: Any, where: str) -> InstallRecipe:
     if not isinstance(table, dict) or not table:

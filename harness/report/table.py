@@ -332,6 +332,9 @@ def _environment(cell: CellResult, cleaned: _Cleaned) -> dict[str, str]:
             value = ", ".join(map(str, value))
         if value:
             shown[key] = cleaned[value] if isinstance(value, str) else clean_text(value, 200)
+    steps = cell.environment.get("install")
+    if isinstance(steps, list) and steps:  # the row's install order: numbered, and longer than other values
+        shown["install"] = clean_text(" ".join(f"{n}. {step}" for n, step in enumerate(steps, 1)), 1500)
     return shown
 
 
