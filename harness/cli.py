@@ -127,6 +127,9 @@ def _parser() -> argparse.ArgumentParser:
     sm = gha.add_parser("summary", help="print a report's Markdown cut below GitHub's 1 MiB summary limit")
     sm.add_argument("markdown", type=Path)
     sm.add_argument("--link", required=True, help="where the full report is published")
+    cy = gha.add_parser("carry", help="copy into a partial run's results the previous results' cells it did not run")
+    cy.add_argument("previous", type=Path)
+    cy.add_argument("results", type=Path)
     plan_command.add_parser(sub)
     return top
 
@@ -417,6 +420,12 @@ def cmd_ci(args) -> int:
     if args.action == "matrix":
         container = {"yes": True, "no": False, "any": None}[args.container]
         print(ci.main_matrix(args.listing, args.matrices, container))
+        return 0
+    if args.action == "carry":
+        from harness.ci.carry import carry
+
+        carried = carry(args.previous, args.results)
+        print(f"carried {len(carried)} cells from {args.previous} into {args.results}")
         return 0
     try:
         text = args.markdown.read_text(encoding="utf-8")

@@ -150,3 +150,61 @@ def test_the_nightly_compares_with_the_last_published_run_carries_history_and_ga
     # Tonight's results become tomorrow's previous ones.
     assert _run_step(steps["Keep these results as the next run's previous ones"]["run"], tmp_path, env).returncode == 0
     assert (tmp_path / "previous" / "cpu" / "cells" / "fsdp-text-tf5.9.0.json").exists()
+
+
+def test_a_partial_nightly_run_publishes_and_keeps_the_whole_table_and_the_scheduled_run_carries_nothing(tmp_path):
+    """A manual run of some cells (`tags`) fills in the cells and matrices it did not run from the previous
+    results, says so in a note, and still gates on its own cells; the scheduled run (`cell`) carries nothing."""
+    steps = _workflow_steps("nightly.yml", "report")
+    render = steps["Render, compare with the previous results, carry history forward"]
+    assert render["env"]["TAGS"] == "${{ inputs.tags || 'cell' }}"
+    for tags in ("smoke", "cell"):
+        work = tmp_path / tags
+        _cells(work / "previous" / "cpu", {"5.3.0": "pass", "5.9.0": "pass"})
+        _cells(work / "previous" / "npu", {"5.5.4": "pass"})
+        (work / "previous" / "cpu" / "cells" / "fsdp-text-tf5.3.0" / "logs").mkdir(parents=True)
+        (work / "previous" / "cpu" / "cells" / "fsdp-text-tf5.3.0" / "logs" / "stack-smoke.log").write_text("old log")
+        _cells(work / "reports" / "cpu", {"5.9.0": "fail"})
+        output = work / "output.txt"
+        env = {"PATH": os.environ["PATH"], "HOME": str(work), "PAGES_URL": "https://example.github.io/r/",
+               "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(work / "summary.md"), "TAGS": tags}
+        done = _run_step(render["run"], work, env)
+        assert done.returncode == 0, done.stderr
+        outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
+        assert outputs["status"] == "5" and "fsdp-text-tf5.9.0 stack-smoke" in outputs["new_failures"]
+        cells = sorted(p.name for p in (work / "reports" / "cpu" / "cells").glob("*.json"))
+        page = (work / "reports" / "cpu" / "report.md").read_text()
+        if tags == "cell":
+            assert cells == ["fsdp-text-tf5.9.0.json"] and not (work / "reports" / "npu").exists()
+            assert "Carried from the previous" not in page
+            continue
+        assert cells == ["fsdp-text-tf5.3.0.json", "fsdp-text-tf5.9.0.json"]
+        assert (work / "reports" / "cpu" / "cells" / "fsdp-text-tf5.3.0" / "logs" / "stack-smoke.log").read_text() \
+            == "old log"
+        assert json.loads((work / "reports" / "cpu" / "cells" / "fsdp-text-tf5.9.0.json").read_text())[
+            "checks"][0]["status"] == "fail"  # what this run ran is never replaced
+        assert "Carried from the previous published results" in page and "fsdp-text-tf5.3.0" in page
+        assert (work / "reports" / "npu" / "report.html").exists()  # a matrix it did not touch is still published
+        assert _run_step(steps["Keep these results as the next run's previous ones"]["run"], work, env).returncode == 0
+        assert (work / "previous" / "npu" / "cells" / "fsdp-text-tf5.5.4.json").exists()
+        assert (work / "previous" / "cpu" / "cells" / "fsdp-text-tf5.3.0.json").exists()
+
+
+def test_carry_copies_only_whole_cell_results_it_lacks(tmp_path):
+    from harness.ci.carry import carry
+
+    _cells(tmp_path / "prev", {"5.3.0": "pass", "5.9.0": "pass"})
+    (tmp_path / "prev" / "cells" / "broken.json").write_text("{not json")
+    (tmp_path / "prev" / "cells" / "other-name.json").write_text(
+        (tmp_path / "prev" / "cells" / "fsdp-text-tf5.3.0.json").read_text())  # a result under another cell's name
+    (tmp_path / "prev" / "cells" / "link.json").symlink_to(tmp_path / "prev" / "cells" / "fsdp-text-tf5.9.0.json")
+    _cells(tmp_path / "now", {"5.9.0": "fail"})
+    assert carry(tmp_path / "prev", tmp_path / "now") == ["fsdp-text-tf5.3.0"]
+    assert sorted(p.name for p in (tmp_path / "now" / "cells").iterdir()) == [
+        "fsdp-text-tf5.3.0.json", "fsdp-text-tf5.9.0.json"]
+    notes = json.loads((tmp_path / "now" / "run.json").read_text())["notes"]
+    assert notes[-1]["cells"] == ["fsdp-text-tf5.3.0"]
+    assert carry(tmp_path / "prev", tmp_path / "now") == []  # nothing left to carry: no second note
+    assert len(json.loads((tmp_path / "now" / "run.json").read_text())["notes"]) == 1
+    with pytest.raises(InputError, match="no cells/ directory"):
+        carry(tmp_path / "missing", tmp_path / "now")
