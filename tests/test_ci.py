@@ -208,3 +208,17 @@ def test_carry_copies_only_whole_cell_results_it_lacks(tmp_path):
     assert len(json.loads((tmp_path / "now" / "run.json").read_text())["notes"]) == 1
     with pytest.raises(InputError, match="no cells/ directory"):
         carry(tmp_path / "missing", tmp_path / "now")
+
+
+@pytest.mark.parametrize(("workflow", "job", "paths"), [
+    ("ci.yml", "tests", "reports/tests/*.xml"),  # nox -s tests / tests-affected / tests-vllm --junitxml
+    ("ci.yml", "cpu-smoke", "reports/cpu/report.junit.xml"),
+    ("nightly.yml", "report", "reports/*/report.junit.xml"),
+])
+def test_workflows_hand_the_junit_files_to_a_test_reporter(workflow, job, paths):
+    steps = _workflow_steps(workflow, job)
+    reporter = next(s for s in steps.values() if str(s.get("uses", "")).startswith("mikepenz/action-junit-report@"))
+    assert reporter["with"]["report_paths"] == paths and reporter["if"] == "always()"
+    assert reporter["with"]["annotate_only"] is True  # no checks: write, so forks' pull requests work too
+    noxfile = (ROOT / "noxfile.py").read_text()
+    assert "reports\" / \"tests\"" in noxfile or "reports/tests" in noxfile
