@@ -19,13 +19,10 @@ SKIP where megatron-core or Qwen3.5 is not installed.
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import importlib.metadata
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -33,7 +30,7 @@ from pathlib import Path
 
 from harness.results.records import CheckResult, Status, Verdict
 
-from . import CheckOptions
+from . import CheckOptions, torchrun
 
 NAME = "bridge-parity"
 # fp32 on CPU, measured 9.5e-7 for every model and job (fused QKV and in_proj matmuls, mask
@@ -51,32 +48,14 @@ JOBS = {"tp1": (1, 1, "text-hybrid,moe-hybrid,text-full-attention"),
 
 def _launch(job: str, options: CheckOptions, work: Path, broken: str | None) -> subprocess.Popen:
     tp, ep, cases = JOBS[job]
-    worker = ["-m", "trainers.megatron.parity", "--tp", str(tp), "--ep", str(ep), "--cases", cases,
-              "--seed", str(options.seed), "--out", str(work / f"{job}.json")]
+    args = ["--tp", str(tp), "--ep", str(ep), "--cases", cases, "--seed", str(options.seed),
+            "--out", str(work / f"{job}.json")]
     if broken:
-        worker += ["--break", broken]
+        args += ["--break", broken]
     ranks = tp * ep
-    prefix = [sys.executable] if ranks == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                                  "--nproc-per-node", str(ranks)]
-    log = open(work / f"{job}.log", "w", encoding="utf-8")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    # Its own session, so a timeout kills torchrun's ranks too, not only the launcher (they outlived it);
-    # and SIGTERM when this check dies (the runner's timeout), on which torchrun stops its ranks.
-    return subprocess.Popen(prefix + worker, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                            preexec_fn=_terminated_with_this_check)
-
-
-def _terminated_with_this_check() -> None:
-    """preexec_fn: SIGTERM when the check's process dies (prctl PR_SET_PDEATHSIG = 1), on which torchrun
-    stops its ranks; the harness's own helper (envs.lifetime) sends SIGKILL, which torchrun cannot pass on."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    module = "trainers.megatron.parity"
+    argv = [sys.executable, "-m", module, *args] if ranks == 1 else torchrun.command(ranks, module, args)
+    return torchrun.launch(argv, work / f"{job}.log", {**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def _log_tail(path: Path) -> str:
@@ -152,16 +131,13 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     results: dict[str, dict] = {}
     try:
         for job, process in processes.items():
-            try:
-                process.wait(timeout=max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
-            except subprocess.TimeoutExpired:
-                _kill_group(process)
+            torchrun.wait(process, max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
             path = work / f"{job}.json"
             results[job] = json.loads(path.read_text()) if process.returncode == 0 and path.exists() else {}
     finally:  # the check itself stopped (timeout, signal): no rank may outlive it
         for process in processes.values():
             if process.poll() is None:
-                _kill_group(process)
+                torchrun.stop(process)
     verdicts = [parity_verdict(f"{case}-{job}", results[job].get(case), work / f"{job}.log")
                 for job in jobs for case in JOBS[job][2].split(",")]
     if "tp1" in jobs:

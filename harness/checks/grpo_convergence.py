@@ -33,14 +33,13 @@ import importlib
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from harness.results.records import CheckResult, Status, Verdict, write_json_atomic
 
-from . import CheckOptions, grpo_references
+from . import CheckOptions, grpo_references, torchrun
 from .grpo_references import REFERENCES, reference_path  # noqa: F401  (the benchmarks and tests use them here)
 
 NAME = "grpo-convergence"
@@ -101,9 +100,9 @@ def moving_average(values: list[float], window: int) -> list[float]:
 
 def trainer_command(backend: str, model: str, steps: int, seed: int, metrics: Path, args: dict,
                     model_config: Path | None = None, nproc: int = NPROC) -> list[str]:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-               "-m", TRAINER_MODULES[backend], "--model", model, "--steps", str(steps), "--seed", str(seed),
-               "--device", os.environ.get("HARNESS_DEVICE", "cpu"), "--metrics", str(metrics)]
+    device = os.environ.get("HARNESS_DEVICE", "cpu")
+    command = torchrun.command(nproc, TRAINER_MODULES[backend], [
+        "--model", model, "--steps", str(steps), "--seed", str(seed), "--device", device, "--metrics", str(metrics)])
     if model_config is not None:
         command += ["--model-config", str(model_config)]
     for key, value in args.items():
@@ -128,12 +127,8 @@ def run_trainer(command: list[str], log: Path, timeout: float = RUN_TIMEOUT) -> 
         handle.write(" ".join(command) + "\n")
     if forked is not None:
         return _run_forked(*forked, log, timeout)
-    with log.open("a", encoding="utf-8") as handle:
-        try:
-            code = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env,
-                                  timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            code = None
+    # vLLM's engine processes are the ranks' children: stopping the job's session stops them too.
+    code = torchrun.wait(torchrun.launch(command, log, env, append=True), timeout)
     return code, time.perf_counter() - started
 
 

@@ -26,16 +26,14 @@ import importlib
 import json
 import math
 import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from harness.results.records import CheckResult, Status, Verdict
 
-from . import CheckOptions
+from . import CheckOptions, torchrun
 
 NAME = "offload-regression"
 WORKER = "harness.checks._offload_fsdp_worker"
@@ -165,23 +163,17 @@ def _launch_fsdp(options: CheckOptions, plan, trainer_method: str,
 
     ranks = max(1, min(FSDP_RANKS, getattr(torch, plan.type).device_count()))
     result, log = _fsdp_files(out_dir)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
-           "-m", WORKER, "--out", str(result), "--trainer-method", trainer_method, "--seed", str(options.seed),
-           "--device", plan.type]
+    args = ["--out", str(result), "--trainer-method", trainer_method, "--seed", str(options.seed),
+            "--device", plan.type]
     if options.model_config is not None:
-        cmd += ["--model-config", str(options.model_config)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with open(log, "w", encoding="utf-8") as handle:
-        proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    return proc, result, log
+        args += ["--model-config", str(options.model_config)]
+    return torchrun.launch(torchrun.command(ranks, WORKER, args), log, {**os.environ, "OMP_NUM_THREADS": "1"}), \
+        result, log
 
 
 def _collect_fsdp(proc: subprocess.Popen, result: Path, log: Path) -> tuple[dict | None, Status, str]:
-    try:
-        returncode = proc.wait(timeout=FSDP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # our own torchrun and its ranks only
-        proc.wait()
+    returncode = torchrun.wait(proc, FSDP_TIMEOUT)
+    if returncode is None:
         return None, Status.TIMEOUT, f"torchrun did not finish within {FSDP_TIMEOUT:.0f} s (log {log.name})"
     if returncode != 0 or not result.exists():
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
@@ -191,8 +183,7 @@ def _collect_fsdp(proc: subprocess.Popen, result: Path, log: Path) -> tuple[dict
 
 def _stop(launched) -> None:
     if isinstance(launched, subprocess.Popen):
-        os.killpg(launched.pid, signal.SIGKILL)  # our own torchrun and its ranks only
-        launched.wait()
+        torchrun.stop(launched)  # our own torchrun and its ranks only
     else:
         launched.kill()
 
