@@ -28,10 +28,15 @@ pytestmark = pytest.mark.slow
 
 
 def _start(tmp_path, project_env):
-    env = {**project_env, "MISBEHAVE": "slow", "MISBEHAVE_PIDS": str(tmp_path / "pids"), "CI": "1"}
+    # Each check sleeps 4 s and two cells run at once: when the first cell finishes, another has at least 4 s
+    # to go, so a signal sent up to 1.5 s later always lands mid-run (with 1.5 s, a loaded machine let the
+    # whole run end first and the interrupted run exited 0).
+    env = {**project_env, "MISBEHAVE": "slow", "MISBEHAVE_SECONDS": "4", "MISBEHAVE_PIDS": str(tmp_path / "pids"),
+           "CI": "1"}
     return subprocess.Popen([sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out",
                              str(tmp_path / "out"), "--env-root", str(tmp_path / "envs"), "--no-index-check",
-                             "--no-report"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                             "--no-report", "--jobs", "2"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def _alive(pid: int) -> bool:
