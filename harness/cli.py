@@ -440,18 +440,21 @@ COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": 
             "checkserver": cmd_checkserver}
 
 
-def _interrupt_on_sigterm() -> None:
+def _interrupt_on_signals() -> None:
     """SIGTERM (a CI runner cancelling the job) ends the run like Ctrl-C: children are killed,
-    finished cell files stay, and the next run finishes the remaining cells."""
+    finished cell files stay, and the next run finishes the remaining cells. SIGINT does so even when the
+    run was started in the background by a non-interactive shell, which starts it with SIGINT ignored
+    (Python then installs no handler of its own and a `kill -INT` would be lost)."""
 
     def handler(signum, frame):
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def main(argv: list[str] | None = None) -> int:
-    _interrupt_on_sigterm()
+    _interrupt_on_signals()
     try:
         args = _parser().parse_args(argv)
         return COMMANDS[args.command](args)

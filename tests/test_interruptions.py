@@ -36,7 +36,14 @@ def _start(tmp_path, project_env):
     return subprocess.Popen([sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out",
                              str(tmp_path / "out"), "--env-root", str(tmp_path / "envs"), "--no-index-check",
                              "--no-report", "--jobs", "2"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=_as_a_background_job)
+
+
+def _as_a_background_job():
+    """A non-interactive shell starts a background job (`harness run ... &`, as CI scripts do) with SIGINT
+    ignored; the run must stop on it all the same."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _alive(pid: int) -> bool:
