@@ -22,3 +22,50 @@ def test_capture_in_a_child_process_has_the_essentials_and_no_secret(tmp_path):
     for key in ("python", "os", "cpu", "packages", "torch", "machine"):
         assert key in data
     assert "do_not_leak" not in done.stdout
+
+
+def test_torch_build_is_read_from_the_installed_torch_without_importing_it():
+    import torch
+
+    assert envinfo.torch_build() == {"torch": torch.__version__, "cuda": torch.version.cuda, "devices": []}
+
+
+def test_torch_build_is_none_when_version_py_is_missing_or_not_as_generated(tmp_path):
+    assert envinfo.torch_build(tmp_path) is None
+    (tmp_path / "version.py").write_text("__version__ = compute()\n")
+    assert envinfo.torch_build(tmp_path) is None
+    (tmp_path / "version.py").write_text("__version__ = '9.9.9+cu999'\ncuda: Optional[str] = '99.9'\n")
+    assert envinfo.torch_build(tmp_path) == {"torch": "9.9.9+cu999", "cuda": "99.9", "devices": []}
+
+
+PROBE = """
+import json, sys
+from harness.envs import envinfo
+envinfo.accelerator_nodes = lambda: {nodes!r}
+info = envinfo.capture()
+print(json.dumps({{"imported": "torch" in sys.modules, "torch": info["torch"], "devices": info["devices"]}}))
+"""
+
+
+def _capture_with(nodes: list[str]) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROBE.format(nodes=nodes)], capture_output=True, text=True,
+                          check=True)
+    return json.loads(done.stdout)
+
+
+def test_capture_asks_torch_only_on_a_host_with_accelerator_nodes():
+    import torch
+
+    cpu_host = _capture_with([])
+    assert cpu_host == {"imported": False, "torch": torch.__version__, "devices": []}
+    accelerator_host = _capture_with(["/dev/nvidia0"])  # torch is asked which devices it sees
+    assert accelerator_host["imported"] is True and accelerator_host["torch"] == torch.__version__
+
+
+def test_accelerator_nodes_are_found_by_their_patterns(tmp_path):
+    from harness.envs import devices
+
+    assert devices.accelerator_nodes((str(tmp_path / "nvidia[0-9]*"),)) == []
+    (tmp_path / "nvidia0").touch()
+    (tmp_path / "nvidiactl").touch()
+    assert devices.accelerator_nodes((str(tmp_path / "nvidia[0-9]*"),)) == [str(tmp_path / "nvidia0")]

@@ -108,12 +108,15 @@ def test_fully_async_check_passes_at_staleness_1_with_its_distribution(tmp_path)
     assert 0.0 <= run["overlap_fraction"] <= 1.0
 
 
-def test_only_cpu_runs_with_hf_rollout_go_to_forked_ranks(tmp_path, monkeypatch):
-    def command(device, **args):
+def test_only_cpu_runs_with_hf_rollout_or_one_vllm_rank_go_to_forked_ranks(tmp_path, monkeypatch):
+    def command(device, nproc=2, **args):
         monkeypatch.setenv("HARNESS_DEVICE", device)
-        return check.trainer_command("fsdp", "text", 3, 0, tmp_path / "m.jsonl", args)
+        return check.trainer_command("fsdp", "text", 3, 0, tmp_path / "m.jsonl", args, nproc=nproc)
 
     module, argv, nproc = check.forked_trainer(command("cpu", lr=0.005))
     assert (module, nproc) == ("trainers.fsdp", 2) and argv[argv.index("--lr") + 1] == "0.005"
-    assert check.forked_trainer(command("cpu", rollout="vllm")) is None  # vLLM starts its own processes
+    # With more than one rank each rank's vLLM starts processes of its own; on one rank it runs inside it.
+    assert check.forked_trainer(command("cpu", rollout="vllm")) is None
+    assert check.forked_trainer(command("cpu", nproc=1, rollout="vllm"))[2] == 1
     assert check.forked_trainer(command("cuda")) is None  # a device runtime does not survive fork
+    assert check.forked_trainer(command("cuda", nproc=1, rollout="vllm")) is None

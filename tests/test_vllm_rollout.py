@@ -41,9 +41,16 @@ def _engine(monkeypatch, policy):
 @pytest.mark.slow
 def test_engine_logprobs_match_the_trainer(monkeypatch):
     policy = build_model("text", HEAD_DIMS, seed=0)
+    before = _engine_processes()
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
     engine = _engine(monkeypatch, policy)
+    # One rank: the engine runs in this process (no engine-core process of its own), and starting it
+    # leaves this process's generators as they were (vLLM seeds them in the process it runs in).
+    assert _engine_processes() - before == set()
+    assert torch.equal(torch.random.get_rng_state(), state)
     batch = engine.generate(PROMPTS, 8, 1.0, seed=3)
-    engine.close()  # its engine-core and worker processes would otherwise idle until pytest ends
+    engine.close()
     assert int(batch.response_mask.sum()) > 0
     assert _max_logprob_error(policy, batch) < TOLERANCE
 

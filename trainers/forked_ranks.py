@@ -16,6 +16,7 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -144,6 +145,19 @@ class ForkedRanks:
         """Kill and reap every rank not yet collected."""
         _reap(self.pids)
         self.pids, self.store = {}, None
+
+
+def native_threads() -> int:
+    """Threads of this process that Python did not start (an OpenMP pool, autograd's or an in-process
+    engine's workers): a fork keeps none of them, and the libraries that own them may abort in the child.
+    Python's own threads (a test runner's) are harmless to a child that never touches their objects."""
+    tasks = Path("/proc/self/task")
+    return max(0, len(os.listdir(tasks)) - threading.active_count()) if tasks.is_dir() else 0
+
+
+def fork_safe() -> bool:
+    """Whether ranks may be forked from this process now (else: launch them with torchrun)."""
+    return sys.platform == "linux" and native_threads() == 0
 
 
 def run_ranks(target: Callable[[], int | None], nproc: int, log: Path, timeout: float,

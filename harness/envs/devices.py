@@ -15,6 +15,16 @@ from harness.errors import EnvironmentMissing
 SESSIONS = {"cuda": "gpu-fsdp-qwen35 / gpu-megatron-qwen35", "npu": "npu-matrix"}
 
 
+# Device nodes of the kernel drivers an accelerator runtime opens (NVIDIA, WSL's GPU bridge, AMD's ROCm,
+# Ascend): without any of them torch can see no device.
+ACCELERATOR_NODES = ("/dev/nvidiactl", "/dev/nvidia[0-9]*", "/dev/dxg", "/dev/kfd", "/dev/davinci[0-9]*")
+
+
+def accelerator_nodes(patterns: tuple[str, ...] = ACCELERATOR_NODES) -> list[str]:
+    """The accelerator device nodes of this host (empty on a CPU-only one)."""
+    return sorted(path for pattern in patterns for path in glob.glob(pattern))
+
+
 def _run(argv: list[str]) -> tuple[int, str]:
     if shutil.which(argv[0]) is None:
         return 127, f"{argv[0]} not found on PATH"

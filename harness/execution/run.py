@@ -19,6 +19,7 @@ from harness import checks
 from harness.envs import cellenv, container, interpreters
 from harness.envs.lifetime import die_with_parent
 from harness.matrix import Cell, Matrix
+from harness.matrix.axes import VLLM_AXES
 from harness.results.records import (
     CellResult,
     CheckResult,
@@ -259,7 +260,18 @@ def check_environment(cell: Cell, opts: RunOptions) -> dict[str, str]:
     """Variables for a check process: the device, and its determinism settings (set before the
     device runtime starts; a value the user exported wins)."""
     settings = {k: v for k, v in determinism.environment(cell.axes["device"]).items() if k not in os.environ}
-    return {**settings, **opts.extra_env, "HARNESS_DEVICE": cell.axes["device"]}
+    return {**settings, **_vllm_cache(cell, opts.env_root), **opts.extra_env, "HARNESS_DEVICE": cell.axes["device"]}
+
+
+def _vllm_cache(cell: Cell, env_root: Path) -> dict[str, str]:
+    """One vLLM cache folder per vLLM release, beside the cell environments (unless the user set one): vLLM
+    names its cached model-class facts without its version, so cells of two releases running side by side
+    would evict each other's entries, and each costs a subprocess importing vLLM (about 23 s on CPU) to make
+    again. Kept with the environments, it is as warm as they are."""
+    release = next((f"{axis}-{cell.axes[axis]}" for axis in VLLM_AXES if cell.axes.get(axis)), None)
+    if release is None or "VLLM_CACHE_ROOT" in os.environ:
+        return {}
+    return {"VLLM_CACHE_ROOT": str((env_root / ".vllm-cache" / release).resolve())}
 
 
 def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, processes: CheckProcesses,

@@ -89,7 +89,9 @@ class GRPOTrainer(GRPOLoop):
         if self.rank == 0:
             print(f"trainer: {self.patches.summary()}", flush=True)
         policy = self._build_model()
-        self.rollout = make_rollout(config.rollout, policy)  # an unsharded copy, made before sharding
+        # An unsharded copy, made before sharding; fully-async's engine keeps its own processes (its rollout
+        # must overlap the update, not share this process with it).
+        self.rollout = make_rollout(config.rollout, policy, in_process=None if config.mode == "sync" else False)
         shard = {"offload": config.offload, "world_size": self.world, "shard": config.shard}
         self.policy = parallelize(policy, self.plan, gradient_checkpointing=config.grad_checkpointing, **shard)
         self.sharded = isinstance(self.policy, FSDPModule)
