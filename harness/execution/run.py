@@ -39,7 +39,7 @@ from trainers import determinism
 
 from . import loaded, runner
 from .forkclient import CheckProcesses
-from .jobs import Budget, cell_cost
+from .jobs import Budget, cell_cost, start_order
 from .progress import Progress
 from .reuse import CellReuse, ReuseIndex, context, harness_revision
 
@@ -332,9 +332,11 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
     runner.STOPPING.clear()
     if opts.jobs <= 1:
         return [one(cell) for cell in cells]
+    order = start_order(cells)
     with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
         try:
-            return list(pool.map(one, cells))
+            done = dict(zip((cell.id for cell in order), pool.map(one, order)))
+            return [done[cell.id] for cell in cells]  # in the matrix's order, whatever order they started in
         except BaseException:  # interrupted: workers wait on checks and containers the signal cannot reach
             pool.shutdown(wait=False, cancel_futures=True)
             runner.stop_all()
