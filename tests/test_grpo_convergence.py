@@ -109,9 +109,15 @@ def test_fully_async_check_passes_at_staleness_1_with_its_distribution(tmp_path)
 
 
 def test_only_cpu_runs_with_hf_rollout_or_one_vllm_rank_go_to_forked_ranks(tmp_path, monkeypatch):
+    from trainers import forked_ranks
+
     def command(device, nproc=2, **args):
         monkeypatch.setenv("HARNESS_DEVICE", device)
         return check.trainer_command("fsdp", "text", 3, 0, tmp_path / "m.jsonl", args, nproc=nproc)
+
+    monkeypatch.setattr(forked_ranks, "fork_safe", lambda: False)  # native threads here: torchrun, whatever the run
+    assert check.forked_trainer(command("cpu", lr=0.005)) is None
+    monkeypatch.setattr(forked_ranks, "fork_safe", lambda: True)  # not this test process's threads: the decision
 
     module, argv, nproc = check.forked_trainer(command("cpu", lr=0.005))
     assert (module, nproc) == ("trainers.fsdp", 2) and argv[argv.index("--lr") + 1] == "0.005"

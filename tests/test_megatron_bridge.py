@@ -90,3 +90,33 @@ def test_bridge_parity_fails_on_each_broken_piece(tmp_path, broken):
         assert "l2norm" in verdicts[verdict].message  # megatron-core's own NameError
     if broken == "grad-skip":
         assert "gradient error" in verdicts[verdict].message and verdicts[verdict].metrics["roundtrip_exact"]
+
+
+LAUNCH_PROBE = """
+import json, sys, tempfile, torch
+from harness.checks import CheckOptions
+from harness.checks.bridge_parity import run
+if sys.argv[1] == "threads":  # an OpenMP pool: native threads a fork would drop
+    torch.set_num_threads(2)
+    torch.ones(512, 512) @ torch.ones(512, 512)
+with tempfile.TemporaryDirectory() as work:
+    result = run(CheckOptions(backend="megatron", work_dir=work), jobs=("tp2",))
+print(json.dumps({"status": result.status.value, "ranks": result.metrics["ranks"]}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_MEGATRON, reason="megatron-core is not installed")
+@pytest.mark.parametrize(("state", "launcher"), [("fresh", "forked"), ("threads", "torchrun")])
+def test_bridge_parity_forks_its_ranks_unless_this_process_has_native_threads(state, launcher):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", LAUNCH_PROBE, state], capture_output=True, text=True, check=False,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=Path(__file__).resolve().parents[1],
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"status": "pass", "ranks": {"tp2": launcher}}

@@ -49,9 +49,9 @@ JOBS = {"tp1": (1, 1, "text-hybrid,moe-hybrid,text-full-attention"),
         "ep2": (1, 2, "moe-hybrid")}
 
 
-def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, timeout: float) -> dict:
+def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, timeout: float) -> tuple[dict, str]:
     """One job on its ranks, forked from this process (torchrun's where forking is unsafe: see
-    trainers.forked_ranks); what rank 0 wrote ({} if a rank failed or ran out of time)."""
+    trainers.forked_ranks); (what rank 0 wrote, {} if a rank failed or ran out of time; "forked" or "torchrun")."""
     from trainers.forked_ranks import fork_safe, run_ranks
     from trainers.megatron import parity
 
@@ -63,8 +63,9 @@ def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, ti
     if broken:
         args += ["--break", broken]
     if fork_safe():
-        ok = run_ranks(lambda: parity.main(args), tp * ep, log, timeout, THREADS).ok
+        ok, launcher = run_ranks(lambda: parity.main(args), tp * ep, log, timeout, THREADS).ok, "forked"
     else:
+        launcher = "torchrun"
         process = torchrun.launch(torchrun.command(tp * ep, "trainers.megatron.parity", args), log,
                                   {**os.environ, **THREADS})
         try:
@@ -72,7 +73,7 @@ def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, ti
         finally:  # the check itself stopped (timeout, signal): no rank may outlive it
             if process.poll() is None:
                 torchrun.stop(process)
-    return json.loads(out.read_text()) if ok and out.exists() else {}
+    return (json.loads(out.read_text()) if ok and out.exists() else {}), launcher
 
 
 def _preload() -> None:
@@ -156,8 +157,10 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     _preload()
-    results = {job: _run_job(job, options, work, broken, max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
-               for job in jobs}  # forked ranks die with this process (and are killed on any exception)
+    results, launchers = {}, {}
+    for job in jobs:  # forked ranks die with this process (and are killed on any exception)
+        results[job], launchers[job] = _run_job(job, options, work, broken,
+                                                max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
     verdicts = [parity_verdict(f"{case}-{job}", results[job].get(case), work / f"{job}.log")
                 for job in jobs for case in JOBS[job][2].split(",")]
     if "tp1" in jobs:
@@ -173,7 +176,8 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
                "max_abs_logprob_error": max((v.metrics.get("max_abs_logprob_error") or 0.0 for v in verdicts),
                                             default=0.0),
                "max_rel_grad_error": max((v.metrics.get("max_rel_grad_error") or 0.0 for v in verdicts), default=0.0),
-               "seconds": round(time.perf_counter() - started, 2), "deliberately_broken": broken}
+               "seconds": round(time.perf_counter() - started, 2), "deliberately_broken": broken,
+               "ranks": launchers}
     failed = [v.name for v in verdicts if v.status == Status.FAIL]
     if failed:
         return CheckResult(NAME, Status.FAIL, f"failed: {', '.join(failed)}", metrics=metrics, verdicts=verdicts)
