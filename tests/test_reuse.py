@@ -290,3 +290,23 @@ def test_a_cell_takes_first_a_check_no_other_cell_runs_and_waits_only_when_all_i
     index.release("a")
     index.release("b")
     assert index.claim(["b"]) == "b"  # released: free again
+
+
+def test_a_cell_does_not_wait_for_a_check_whose_running_result_it_could_never_reuse(tmp_path):
+    index, _ = _ran(tmp_path)  # `probe` loaded numpy before: its result depends on numpy's version
+    running = _modules(tmp_path / "running")
+    assert index.claim(["probe"], running) == "probe"
+    other_numpy = _modules(tmp_path / "other", LOCK.replace("numpy==2.3.0", "numpy==2.4.0"))
+    assert index.claim(["probe"], other_numpy) == "probe"  # at once: nothing to wait for
+    got = []
+    same = _modules(tmp_path / "same", LOCK.replace("mbridge==0.13.0", "mbridge==0.15.1"))  # probe did not load it
+    waiting = threading.Thread(target=lambda: got.append(index.claim(["probe"], same)))
+    waiting.start()
+    waiting.join(timeout=0.5)
+    assert waiting.is_alive() and got == []  # the same numpy: it waits, to reuse the running cell's result
+    index.release("probe", other_numpy)
+    waiting.join(timeout=0.5)
+    assert waiting.is_alive()  # the cell it can share with is still running
+    index.release("probe", running)
+    waiting.join(timeout=10)
+    assert got == ["probe"]

@@ -112,29 +112,48 @@ class ReuseIndex:
         self._seeded = not from_disk
         self._entries: dict[str, dict[frozenset[str], dict[str, tuple[str, CheckResult | None]]]] = {}
         self._loaded: dict[str, dict[frozenset[str], set[str]]] = {}  # check -> modules -> providers_digest
-        self._running: dict[str, int] = {}  # check -> how many cells run it now (cells in parallel)
+        self._running: dict[str, list] = {}  # check -> the environments of the cells running it now (None: unknown)
         self._finished = threading.Condition(self._lock)
 
     def __reduce__(self):  # sent to another process (a Ray worker): it builds its own
         return ReuseIndex, (self.out_dir, self.from_disk)
 
-    def claim(self, checks: list[str]) -> str:
+    def claim(self, checks: list[str], modules: EnvironmentModules | None = None) -> str:
         """The first of `checks` that no other cell is running now, marked as running; when every one is
         running elsewhere, wait until one finishes, so that its result can be reused rather than computed
-        twice at once (cells in parallel). `release` it when done. Waits only on checks that are running,
-        each bounded by its timeout, and a cell claims one check at a time: no cycle."""
+        twice at once (cells in parallel), unless what a check loaded before says that the cells running it
+        cannot make a result this cell (`modules`, its environment) could reuse: that one runs now. `release`
+        it when done. Waits only on checks that are running, each bounded by its timeout, and a cell claims
+        one check at a time: no cycle."""
         with self._finished:
+            if not self._seeded:
+                self._seed()
             while True:
                 free = next((name for name in checks if not self._running.get(name)), None)
+                if free is None and modules is not None:
+                    free = next((name for name in checks if not self._may_share(name, modules)), None)
                 if free is not None:
-                    self._running[free] = self._running.get(free, 0) + 1
+                    self._running.setdefault(free, []).append(modules)
                     return free
                 self._finished.wait(timeout=5)  # woken by release; the timeout only guards against a lost wake-up
 
-    def release(self, check: str) -> None:
+    def _may_share(self, check: str, modules: EnvironmentModules) -> bool:
+        """Whether a cell running `check` now may make a result reusable here: for some set of modules the check
+        loaded in an earlier result, both environments provide the same. Unknown (no earlier result, a running
+        cell's environment not given): True, so the cell waits as it always did."""
+        shapes = list(self._loaded.get(check, {}))
+        if not shapes:
+            return True
+        for other in self._running.get(check, []):
+            if other is None or any(providers_digest(modules.providers(names)) ==
+                                    providers_digest(other.providers(names)) for names in shapes):
+                return True
+        return False
+
+    def release(self, check: str, modules: EnvironmentModules | None = None) -> None:
         """After the check ran and its result was added (or was reused): wake the cells waiting for it."""
         with self._finished:
-            self._running[check] -= 1
+            self._running[check].remove(modules)
             self._finished.notify_all()
 
     def add(self, cell_id: str, result: CheckResult, keep: bool = True) -> None:
@@ -214,12 +233,12 @@ class CellReuse:
         cells in parallel then take each other's results instead of computing them at the same time."""
         results, pending = {}, list(checks)
         while pending:
-            name = self.index.claim(pending)
+            name = self.index.claim(pending, self.modules)
             pending.remove(name)
             try:
                 results[name] = run_one(name)
             finally:
-                self.index.release(name)
+                self.index.release(name, self.modules)
         return results
 
     def find(self, check: str) -> CheckResult | None:
