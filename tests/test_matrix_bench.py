@@ -57,6 +57,17 @@ def test_breakdown_counts_only_what_the_run_did():
     assert partial["phases_s"] == {"other": 0.0}
 
 
+def test_cpu_shares_count_steal_apart_from_busy_and_idle(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\n")
+    before = matrix_bench.cpu_times(stat)
+    stat.write_text("cpu  160 0 70 860 50 0 0 20 5 0\ncpu0 1 2 3\n")  # +60 user +20 system +60 idle +20 steal
+    assert matrix_bench.cpu_shares(before, matrix_bench.cpu_times(stat)) == {
+        "cpu_busy_percent": 50.0, "cpu_steal_percent": 12.5}
+    assert matrix_bench.cpu_times(tmp_path / "missing") is None
+    assert matrix_bench.cpu_shares(None, before) == {}
+
+
 @pytest.mark.slow
 def test_bench_runs_three_ways_and_reports_a_verdict_drift(tmp_path, project_env):
     tiny = tmp_path / "tiny.toml"
@@ -82,6 +93,7 @@ def test_bench_runs_three_ways_and_reports_a_verdict_drift(tmp_path, project_env
     assert (old["cells_run"], new["cells_run"], warm["cells_run"], warm["cells_kept"]) == (2, 2, 0, 2)
     assert old["checks"]["drift"]["ran"] == 2 and warm["checks"]["drift"]["kept"] == 2
     assert all(len(r["load_average_start"]) == 3 and r["report_s"] > 0 for r in (old, new, warm))
+    assert all(0 <= r["cpu_busy_percent"] <= 100 and 0 <= r["cpu_steal_percent"] <= 100 for r in (old, new, warm))
     assert bench["old_to_new_ratio"] == round(old["wall_s"] / new["wall_s"], 2)
     assert bench["verdicts"]["old_vs_new"] == [
         "fsdp-text drift: pass -> fail", "fsdp-text drift reading: pass -> fail",

@@ -92,6 +92,31 @@ def warm_uv_cache(cells: list, scratch: Path) -> float:
     return round(time.perf_counter() - start, 1)
 
 
+PROC_STAT = Path("/proc/stat")
+
+
+def cpu_times(stat: Path = PROC_STAT) -> list[int] | None:
+    """The machine's CPU time counters (/proc/stat's first line: user, nice, system, idle, iowait, irq, softirq,
+    steal, ...), None where there is no such file."""
+    try:
+        return [int(x) for x in stat.read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_shares(before: list[int] | None, after: list[int] | None) -> dict:
+    """Busy and steal shares of the machine's CPU time between two `cpu_times` readings, in percent. Steal is
+    time the hypervisor gave this virtual machine's cores to another guest: a run that saw more of it ran on a
+    slower machine, which the load average does not show."""
+    if not before or not after or len(before) < 8 or len(after) < 8:
+        return {}
+    delta = [b - a for a, b in zip(before, after)]
+    total = sum(delta[:8]) or 1  # guest time is already counted in user
+    idle = delta[3] + delta[4]
+    return {"cpu_busy_percent": round(100 * (total - idle - delta[7]) / total, 1),
+            "cpu_steal_percent": round(100 * delta[7] / total, 1)}
+
+
 def _harness(argv: list[str], log: Path, cwd: Path) -> tuple[int, float]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     start = time.perf_counter()
@@ -110,7 +135,7 @@ def timed_run(label: str, chosen: Slice, cell_ids: list[str], flags: list[str], 
               work: Path) -> dict:
     """One `harness run` then `harness report` of the slice: wall time, load, exit statuses, breakdown."""
     log = work / f"{label}.log"
-    load_start, before = os.getloadavg(), phases.snapshot(out)
+    load_start, before, cpu_start = os.getloadavg(), phases.snapshot(out), cpu_times()
     argv = ["run", str(chosen.matrix_file), "--cells", *cell_ids, "--out", str(out), "--env-root", str(env_root),
             "--no-report", *flags] + (["--checks", *chosen.checks] if chosen.checks else [])
     run_status, run_s = _harness(argv, log, work)
@@ -118,7 +143,7 @@ def timed_run(label: str, chosen: Slice, cell_ids: list[str], flags: list[str], 
     figures = {"flags": flags, "wall_s": round(run_s + report_s, 2), "run_s": run_s, "report_s": report_s,
                "exit_status": run_status, "report_exit_status": report_status, "jobs": _jobs_line(log),
                "load_average_start": [round(x, 2) for x in load_start],
-               "load_average_end": [round(x, 2) for x in os.getloadavg()],
+               "load_average_end": [round(x, 2) for x in os.getloadavg()], **cpu_shares(cpu_start, cpu_times()),
                **phases.breakdown(before, phases.snapshot(out))}
     if run_status:
         figures["log_tail"] = log.read_text(errors="replace")[-1500:]
@@ -177,6 +202,8 @@ def describe(figures: dict) -> str:
              _row("exit status", [r["exit_status"] for r in runs]),
              _row("load average at start / end", [f"{r['load_average_start'][0]}/{r['load_average_end'][0]}"
                                                   for r in runs]),
+             _row("CPU busy / steal %", [f"{r.get('cpu_busy_percent', '?')}/{r.get('cpu_steal_percent', '?')}"
+                                         for r in runs]),
              _row("cells run / kept", [f"{r['cells_run']}/{r['cells_kept']}" for r in runs])]
     for phase in sorted({p for r in runs for p in r["phases_s"]}):
         lines.append(_row(f"  {phase} s", [r["phases_s"].get(phase, 0) for r in runs]))
