@@ -4,6 +4,7 @@ import io
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -218,3 +219,32 @@ def test_a_parallel_run_starts_cells_in_start_order_and_returns_them_in_the_matr
     done = run_module.run_matrix(SimpleNamespace(), cells, opts)
     assert [d.cell_id for d in done] == ["fsdp", "vllm", "megatron"]
     assert started == ["vllm", "megatron", "fsdp"]
+
+
+def test_a_cell_waiting_for_the_budget_is_not_shown_running_nor_timed(monkeypatch, tmp_path):
+    from harness.execution import run as run_module
+    from harness.matrix import Cell
+
+    def slow_run_cell(cell, matrix, opts, earlier):
+        time.sleep(2.0)
+        return SimpleNamespace(cell_id=cell.id, checks=[_passed()])
+
+    monkeypatch.setattr(run_module, "run_cell", slow_run_cell)
+    monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
+    monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
+    cells = [Cell("m", name, {"device": "cpu", "model": "text", "backend": "fsdp"}, (), ()) for name in ("a", "b")]
+    stream = io.StringIO()
+    opts = run_module.RunOptions(out_dir=tmp_path, jobs=2, reuse=False, budget=jobs.Budget(1, None),
+                                 progress=Progress(2, stream=stream, interactive=False))
+    run_module.run_matrix(SimpleNamespace(), cells, opts)
+    lines = stream.getvalue().splitlines()
+    # One core: the second cell starts when the first ends, and its own time is its run, not its wait.
+    assert [line.split("]", 1)[0] for line in lines] == ["[0/2 done", "[1/2", "[1/2 done", "[2/2"]
+    took = [int(line.split("(cell ")[1].split(" s")[0]) for line in lines if "(cell " in line]
+    assert took[0] >= 2 and took[1] <= 3  # counted from the queue, the second would show 4 s or more
+
+
+def _passed():
+    from harness.results.records import CheckResult
+
+    return CheckResult("x", Status.PASS, "")

@@ -320,11 +320,12 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
 
     def one(cell: Cell) -> CellResult:
         earlier, complete = reusable(cell, opts)
-        progress.started(cell.id, reused=complete)
         if complete:
+            progress.started(cell.id, reused=True)
             done = earlier
         else:
             with opts.budget.hold(cell_cost(cell)) if opts.budget else nullcontext():
+                progress.started(cell.id)  # running from now: its time in the progress line is its own
                 done = run_cell(cell, matrix, opts, earlier)
         progress.finished(cell.id, [c.status for c in done.checks])
         return done
