@@ -73,3 +73,21 @@ def test_a_cell_run_inside_its_container_runs_under_the_host_run_lock(tmp_path, 
     assert blocked.returncode == 7 and f"(pid {os.getpid()})" in blocked.stderr
     assert inner.returncode == 0, inner.stderr
     assert _checks(tmp_path) == {"fsdp-text": {"misbehave": "pass"}}
+
+
+def test_taking_the_results_lock_removes_the_temporaries_of_a_killed_write_only(tmp_path):
+    from harness.execution.lock import results_lock
+    from harness.results.records import write_text_atomic
+
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    killed = cells / ".c.json.abc123.tmp"  # what write_text_atomic leaves when SIGKILL lands mid-write
+    killed.write_text("{half")
+    old = time.time() - 3600
+    os.utime(killed, (old, old))
+    writing = tmp_path / ".report.html.def456.tmp"  # a report being written beside the run right now
+    writing.write_text("<html>")
+    write_text_atomic(cells / "c.json", "{}")
+    with results_lock(tmp_path):
+        assert not killed.exists()
+        assert writing.exists() and (cells / "c.json").read_text() == "{}"

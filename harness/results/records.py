@@ -12,6 +12,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,24 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+STALE_AFTER_S = 600.0  # a temporary file lives for one write; one this old lost its writer
+
+
+def sweep_stale_temporaries(directory: Path, older_than_s: float = STALE_AFTER_S) -> list[Path]:
+    """Remove the temporary files write_text_atomic left under `directory` when its process was killed
+    mid-write (SIGKILL runs no cleanup), if older than `older_than_s`: a write under way, such as a report
+    written beside a run, is left alone. Returns what was removed."""
+    removed, cutoff = [], time.time() - older_than_s
+    for path in Path(directory).rglob(".*.tmp"):
+        try:
+            if path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed.append(path)
+        except OSError:  # gone already, or not ours to remove
+            pass
+    return removed
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
