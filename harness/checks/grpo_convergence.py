@@ -39,16 +39,14 @@ from pathlib import Path
 
 from harness.results.records import CheckResult, Status, Verdict, write_json_atomic
 
-from . import CheckOptions, grpo_references, torchrun
+from . import CheckOptions, grpo_references, torchrun, vllm_engine
 from .grpo_references import REFERENCES, reference_path  # noqa: F401  (the benchmarks and tests use them here)
 
 NAME = "grpo-convergence"
 TRAINER_MODULES = {"fsdp": "trainers.fsdp", "megatron": "trainers.megatron"}  # backend -> module, same flags
 NPROC = 2
 RUN_TIMEOUT = 800.0  # seconds; below the registry's 900 s for this check
-# One thread per process, and a 1 GiB KV cache for a vLLM on CPU (vLLM's CPU backend reads it; other devices
-# ignore it): left to vLLM, a colocated engine takes 30% of the machine's memory and spends ~13 s zeroing it.
-TRAINER_ENV = {"OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+TRAINER_ENV = vllm_engine.ENGINE_ENV  # what a colocated engine needs (one thread per process, a small CPU KV cache)
 REGENERATE_TIMEOUT = 3600.0  # a deliberate one-off; a vLLM engine on a loaded machine can take minutes to start
 # Used only when a reference file is first created; afterwards the file is the authority.
 DEFAULT_TOLERANCES = {"threshold": 0.6, "margin": 0.3, "band": 0.07, "smooth": 3, "final_window": 3,
@@ -72,14 +70,10 @@ def bounded_verdict(records: list[dict], limit: int) -> Verdict:
 
 def cell_rollout(backend: str) -> str:
     """The rollout engine of this cell: its vLLM where it has one (FSDP trainer), else HF generate."""
-    from . import vllm_engine
-
     return "vllm" if backend == "fsdp" and vllm_engine.installed() else "hf"
 
 
 def _engine(rollout: str) -> dict:
-    from . import vllm_engine
-
     return vllm_engine.installed() if rollout == "vllm" else {"name": "hf-generate"}
 
 
@@ -282,9 +276,7 @@ def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | 
     metrics["reference_file"] = reference_file  # None: held to no curve (band skipped) or to a test's reference
     metrics["command"] = command[1:]
     if args.get("rollout", "hf") != "hf":  # the report shows messages: say which engine rolled out
-        from .vllm_engine import describe
-
-        message = f"rollout {describe(metrics['engine'])}: {message}"
+        message = f"rollout {vllm_engine.describe(metrics['engine'])}: {message}"
     return CheckResult(NAME, status, message, metrics=metrics, verdicts=verdicts, log=str(log))
 
 
@@ -340,8 +332,6 @@ def regenerate(model: str, backend: str, work_dir: Path, argv: list[str], stalen
     else:  # another vLLM release's settings, else the sync run's; their curves and notes are their own
         old = grpo_references.new_reference_settings(backend, model, staleness, rollout)
     if not path.exists() and rollout == "vllm":  # on the vLLM checks' model, one rank, with the vLLM rollout
-        from . import vllm_engine
-
         old.update(trainer_args={**old.get("trainer_args", {}), "rollout": "vllm"},
                    model_config=vllm_engine.ROLLOUT_MODEL_CONFIG, nproc=1)
     settings = {**DEFAULT_TOLERANCES, "steps": 20, "seed": 0, "trainer_args": {}, **old}
