@@ -48,6 +48,10 @@ def test_every_kind_of_cell_counts_one_core_and_the_heavier_kinds_more_memory(tm
         assert jobs.cell_cost(_cell(**{axis: "0.32.0"})) is jobs.HEAVY["vllm"], axis
     assert jobs.auto_jobs([_cell(mode="fully-async")] * 4, cores=1, meminfo=plenty)[0] == 1  # at least one
     assert jobs.auto_jobs([_cell("megatron")] * 4, cores=2, meminfo=plenty)[0] == 2
+    # Measured on CPU only: on an accelerator a Megatron or fully-async cell keeps its 2-core estimate.
+    assert jobs.cell_cost(_cell("megatron", device="cuda")).cores == 2
+    assert jobs.cell_cost(_cell(mode="fully-async", device="npu")).cores == 2
+    assert jobs.cell_cost(_cell(device="cuda")) is jobs.FSDP
     # Memory decides where it is the scarcer: 6 GiB hold one 4 GiB Megatron cell.
     assert jobs.auto_jobs([_cell("megatron")] * 4, cores=2, meminfo=_meminfo(tmp_path, 6 * 1024 * 1024))[0] == 1
 

@@ -10,8 +10,9 @@ after the other; a fully-async cell beside an FSDP cell 25 s, against 43 s one a
 kinds count more memory (4 GiB: megatron-core's ranks, a vLLM engine's model and its 1 GiB KV cache; vLLM
 cells run their engines inside their own check processes: trainers.rollout, checks.vllm_engine). Up to as
 many cells as the lightest cost allows run at once, and each holds its own cost of a shared budget while it
-runs (`Budget`), first come first served, so no mix of cells oversubscribes the cores or the memory. Cells
-start in `start_order`: those that need the most cores first, then the longest.
+runs (`Budget`), first come first served, so no mix of cells oversubscribes the cores or the memory. On an
+accelerator, where none of this was measured, Megatron and fully-async cells keep their earlier estimate of 2
+cores (`ON_ACCELERATOR`). Cells start in `start_order`: those that need the most cores first, then the longest.
 """
 from __future__ import annotations
 
@@ -40,13 +41,22 @@ HEAVY = {"megatron": CellCost(1, 4096, "Megatron", 60), "vllm": CellCost(1, 4096
          "fully-async": CellCost(1, 4096, "fully-async", 35)}
 
 
+# Only the CPU figures were measured: on an accelerator a Megatron or fully-async cell keeps the earlier estimate, 2
+# cores (two ranks at once, or a producer beside the trainer), so no more of them share a runner's devices than before.
+ON_ACCELERATOR = {"megatron": CellCost(2, 4096, "Megatron", 60), "fully-async": CellCost(2, 4096, "fully-async", 35)}
+
+
 def cell_cost(cell) -> CellCost:
     axes = cell.axes
     if any(axes.get(axis) for axis in VLLM_AXES):
-        return HEAVY["vllm"]
-    if axes.get("mode", "sync") != "sync":
-        return HEAVY["fully-async"]
-    return HEAVY["megatron"] if axes.get("backend") == "megatron" else FSDP
+        kind = "vllm"
+    elif axes.get("mode", "sync") != "sync":
+        kind = "fully-async"
+    else:
+        kind = "megatron" if axes.get("backend") == "megatron" else "fsdp"
+    if axes.get("device", "cpu") != "cpu" and kind in ON_ACCELERATOR:
+        return ON_ACCELERATOR[kind]
+    return HEAVY.get(kind, FSDP)
 
 
 def start_order(cells: list) -> list:
