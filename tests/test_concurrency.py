@@ -87,7 +87,11 @@ def test_taking_the_results_lock_removes_the_temporaries_of_a_killed_write_only(
     os.utime(killed, (old, old))
     writing = tmp_path / ".report.html.def456.tmp"  # a report being written beside the run right now
     writing.write_text("<html>")
+    elsewhere = tmp_path / "envs" / "lib" / ".data.abc.tmp"  # not the harness's: an environment inside --out
+    elsewhere.parent.mkdir(parents=True)
+    elsewhere.write_text("x")
+    os.utime(elsewhere, (old, old))
     write_text_atomic(cells / "c.json", "{}")
     with results_lock(tmp_path):
         assert not killed.exists()
-        assert writing.exists() and (cells / "c.json").read_text() == "{}"
+        assert writing.exists() and elsewhere.exists() and (cells / "c.json").read_text() == "{}"

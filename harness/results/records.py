@@ -221,11 +221,14 @@ STALE_AFTER_S = 600.0  # a temporary file lives for one write; one this old lost
 
 
 def sweep_stale_temporaries(directory: Path, older_than_s: float = STALE_AFTER_S) -> list[Path]:
-    """Remove the temporary files write_text_atomic left under `directory` when its process was killed
-    mid-write (SIGKILL runs no cleanup), if older than `older_than_s`: a write under way, such as a report
-    written beside a run, is left alone. Returns what was removed."""
+    """Remove the temporary files write_text_atomic left in a results directory (its top level, where the run
+    and report files are, and its cells/ tree) when its process was killed mid-write (SIGKILL runs no
+    cleanup), if older than `older_than_s`: a write under way, such as a report written beside a run, is left
+    alone, and so is anything elsewhere (an environment root inside the directory, say). Returns what was
+    removed."""
     removed, cutoff = [], time.time() - older_than_s
-    for path in Path(directory).rglob(".*.tmp"):
+    directory = Path(directory)
+    for path in [*directory.glob(".*.tmp"), *(directory / "cells").rglob(".*.tmp")]:
         try:
             if path.is_file() and path.stat().st_mtime < cutoff:
                 path.unlink()
