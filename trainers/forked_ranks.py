@@ -13,6 +13,7 @@ killed when one of them fails (the others would wait for it in a collective) or 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import signal
 import sys
@@ -153,6 +154,16 @@ def native_threads() -> int:
     Python's own threads (a test runner's) are harmless to a child that never touches their objects."""
     tasks = Path("/proc/self/task")
     return max(0, len(os.listdir(tasks)) - threading.active_count()) if tasks.is_dir() else 0
+
+
+def preload(*modules: str) -> None:
+    """Import what every rank needs once, in this process, so that the forked ranks share it. A module that
+    fails to import is left out: the ranks import it again, and the failure shows in their own log."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001, S110
+            pass
 
 
 def fork_safe() -> bool:

@@ -22,7 +22,6 @@ SKIP where megatron-core or Qwen3.5 is not installed.
 """
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -74,17 +73,6 @@ def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, ti
             if process.poll() is None:
                 torchrun.stop(process)
     return (json.loads(out.read_text()) if ok and out.exists() else {}), launcher
-
-
-def _preload() -> None:
-    """Import what every rank needs once, here, so that the forked ranks share it; a failure shows in the
-    ranks' own logs, where the same import fails again."""
-    for module in ("trainers.megatron.parity", "trainers.megatron.train", "trainers.megatron.model",
-                   "trainers.megatron.mapping"):
-        try:
-            importlib.import_module(module)
-        except Exception:  # noqa: BLE001, S110
-            pass
 
 
 def _log_tail(path: Path) -> str:
@@ -156,7 +144,10 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     work = Path(options.work_dir) / "bridge-parity"
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    _preload()
+    from trainers.forked_ranks import preload
+
+    preload("trainers.megatron.parity", "trainers.megatron.train", "trainers.megatron.model",
+            "trainers.megatron.mapping")
     results, launchers = {}, {}
     for job in jobs:  # forked ranks die with this process (and are killed on any exception)
         results[job], launchers[job] = _run_job(job, options, work, broken,

@@ -139,13 +139,10 @@ def run_trainer(command: list[str], log: Path, timeout: float = RUN_TIMEOUT) -> 
 def _run_forked(module: str, argv: list[str], nproc: int, log: Path, timeout: float) -> tuple[int | None, float]:
     """The trainer's main(argv) on `nproc` ranks forked from this process (trainers.forked_ranks): the
     same ranks, flags and numbers as under torchrun, without its launcher and per-rank imports."""
-    from trainers.forked_ranks import run_ranks
+    from trainers.forked_ranks import preload, run_ranks
 
     main = importlib.import_module(f"{module}.__main__").main
-    try:  # share the trainer's imports with every rank; a failure shows in the ranks' own log
-        importlib.import_module(f"{module}.train")
-    except Exception:  # noqa: BLE001, S110
-        pass
+    preload(f"{module}.train")  # the trainer's imports, shared with every rank
     outcome = run_ranks(lambda: main(argv), nproc, log, timeout, TRAINER_ENV)
     if outcome.timed_out:
         return None, outcome.seconds
