@@ -15,6 +15,7 @@ from trainers.patches.base import Patch
 from trainers.patches.fused_logprob import reference_logprobs_and_entropy
 
 from .parity_chunk import compare_rule
+from .parity_conv import compare_built
 from .parity_inputs import (
     Models,
     Tolerance,
@@ -65,6 +66,8 @@ def _probes(patch: Patch) -> tuple[Probe, Probe]:
 
 # patch-name prefix -> a comparison of its own, for targets that are compared outside a model.
 RULE_COMPARISONS = {"gated-delta-chunk": compare_rule}
+# patch-name prefix -> a comparison of models built with and without the patch (targets bound at build).
+BUILT_COMPARISONS = {"causal-conv1d": compare_built, "causal-conv1d-update": compare_built}
 
 
 def compare_patch(patch: Patch, models: Models, tolerances: dict[str, Tolerance], seed: int,
@@ -73,6 +76,9 @@ def compare_patch(patch: Patch, models: Models, tolerances: dict[str, Tolerance]
     special = RULE_COMPARISONS.get(patch.name.split(":")[0])
     if special is not None:
         return special(patch, tolerances, seed)
+    built = BUILT_COMPARISONS.get(patch.name.split(":")[0])
+    if built is not None:
+        return built(patch, tolerances, seed, models.overrides if models is not None else None)
     name = f"patched-vs-stock:{patch.name}"
     applicable, reason = patch.applicable()
     if not applicable:

@@ -15,6 +15,7 @@ PATCH_MODULES = (
     "trainers.patches.fused_logprob",
     "trainers.patches.packed_forward",
     "trainers.patches.gated_delta_chunk",
+    "trainers.patches.causal_conv",
     "trainers.patches.npu_ops",
     "trainers.patches.chat_template",
 )

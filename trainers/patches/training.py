@@ -5,7 +5,9 @@ Every trainer run applies:
   CPU offload fails without it;
 - the fused log-prob / entropy forward: the trainer's log-probs go through it, so a full
   vocabulary of float32 logits never exists for every position at once;
-- the Gated DeltaNet chunk fitted to short sequences, where flash-linear-attention is absent.
+- the Gated DeltaNet chunk fitted to short sequences, where flash-linear-attention is absent;
+- the Gated DeltaNet causal conv (training, prefill and decode) as unfold-multiply-sum, where
+  causal-conv1d is absent.
 On NPU it adds the torch_npu op patches (RMSNorm, gated RMSNorm, rotary, SwiGLU MLP).
 
 The packed (remove-padding) forward is not applied: these trainers pad their batches; the
@@ -21,7 +23,7 @@ from .base import NotApplicable, Patch
 
 # Patch-name prefixes per device type; "all" applies everywhere.
 SELECTION = {
-    "all": ("pos-embed-device:", "fused-logprob:", "gated-delta-chunk:"),
+    "all": ("pos-embed-device:", "fused-logprob:", "gated-delta-chunk:", "causal-conv1d"),
     "npu": ("npu-",),
 }
 
@@ -56,7 +58,7 @@ class TrainingPatches:
 
 def apply_for(device_type: str) -> TrainingPatches:
     """Apply the trainer's patch set for `device_type`. Must run before the model is built: some
-    targets (the Gated DeltaNet rule in 5.2-5.9) are bound to each layer when it is built.
+    targets (the Gated DeltaNet rule and conv in 5.2-5.9) are bound to each layer when it is built.
 
     Patches that someone else already applied are left to them (and not removed by `remove`).
     """

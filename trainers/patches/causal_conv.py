@@ -1,0 +1,113 @@
+"""Qwen3.5's depthwise causal conv as a few tensor ops instead of a oneDNN convolution.
+
+Without the `causal-conv1d` package (every CPU run, and accelerators without it), each Gated
+DeltaNet layer runs its short depthwise conv (4 taps over the q/k/v channels) through
+`F.conv1d`, which on CPU goes to oneDNN: about 160 us per forward and 1.2 ms per backward call
+on the tiny model, around 8% of a GRPO step. The same conv is a sliding window of the left-padded
+input (`unfold`, a view) multiplied by the taps and summed: a handful of small ops, forward and
+backward, with the same result up to float rounding (patch-parity compares them).
+
+Two targets per model module, both present in every release with Qwen3.5:
+- `causal_conv1d_fn`, the training / prefill conv. In 5.2-5.9 it is the optional package's slot
+  (None without it) and the layer falls back to its `nn.Conv1d` module, always with SiLU; a
+  function in the slot is bound to each layer at build and called with `x=`, `seq_idx=`. From
+  5.16 it is the module's own torch function, called with the activation the layer names.
+- `causal_conv1d_update`, the one-token decode step that also shifts the conv state in place.
+  In 5.2-5.9 the layer binds `causal_conv1d_update or torch_causal_conv1d_update` at build.
+Where `causal-conv1d` is installed its kernels are used and the patches do not apply. Calls
+this rewrite does not cover (an activation other than SiLU, packed-sequence boundaries) go to
+the stock function where there is one; in 5.2-5.9 the stock torch path ignores both.
+"""
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from packaging.specifiers import SpecifierSet
+
+from .base import DelegatingPatch, NotApplicable, Patch
+
+SILU = ("silu", "swish")  # the names transformers' ACT2FN and causal-conv1d give SiLU
+PACKED_KWARGS = ("seq_idx", "cu_seqlens")
+
+
+def _finish(windows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, silu: bool) -> torch.Tensor:
+    """The taps applied to each window (accumulated in float32, as oneDNN does for half types), the bias
+    and the activation, in the weight's dtype like the stock conv."""
+    out = (windows.float() * weight.float()[:, None, :]).sum(-1)
+    if bias is not None:
+        out = out + bias.float()[:, None]
+    out = out.to(weight.dtype)
+    return F.silu(out) if silu else out
+
+
+def depthwise_causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                          silu: bool) -> torch.Tensor:
+    """x (batch, channels, length), weight (channels, taps): out[..., t] = sum_j w[:, j] x[..., t - taps + 1 + j]
+    with zeros before the start, as `F.conv1d(..., padding=taps - 1, groups=channels)[..., :length]`."""
+    taps = weight.shape[-1]
+    windows = F.pad(x.to(weight.dtype), (taps - 1, 0)).unfold(-1, taps, 1)  # (batch, channels, length, taps)
+    return _finish(windows, weight, bias, silu).to(x.dtype)
+
+
+def _wants_silu(activation: str | None) -> bool | None:
+    """True / False for SiLU / none; None for an activation this rewrite leaves to the stock code."""
+    if activation is None:
+        return False
+    return True if activation in SILU else None
+
+
+def make_conv_fn(stock: Callable[..., Any] | None) -> Callable[..., Any]:
+    def causal_conv1d_fn(hidden_states=None, weight=None, bias=None, activation=None, *, x=None, **kwargs):
+        x = hidden_states if hidden_states is not None else x
+        if stock is None:  # 5.2-5.9: stands in for the layer's nn.Conv1d path, which applies SiLU and no packing
+            return depthwise_causal_conv(x, weight, bias, silu=True)
+        silu = _wants_silu(activation)
+        if silu is None or any(kwargs.get(name) is not None for name in PACKED_KWARGS):
+            return stock(x, weight, bias, activation=activation, **kwargs)
+        return depthwise_causal_conv(x, weight, bias, silu)
+
+    causal_conv1d_fn.__wrapped__ = stock
+    return causal_conv1d_fn
+
+
+def make_conv_update(stock: Callable[..., Any] | None) -> Callable[..., Any]:
+    def causal_conv1d_update(hidden_states, conv_state, weight, bias=None, activation=None, **kwargs):
+        silu = True if stock is None else _wants_silu(activation)  # 5.2-5.9's torch update applies SiLU
+        if stock is not None and (silu is None or kwargs):
+            return stock(hidden_states, conv_state, weight, bias, activation, **kwargs)
+        length, kept = hidden_states.shape[-1], conv_state.shape[-1]
+        joined = torch.cat([conv_state, hidden_states], dim=-1).to(weight.dtype)
+        conv_state.copy_(joined[:, :, -kept:])
+        windows = joined.unfold(-1, weight.shape[-1], 1)[:, :, -length:]  # the windows ending at the new tokens
+        return _finish(windows, weight, bias, silu).to(hidden_states.dtype)
+
+    causal_conv1d_update.__wrapped__ = stock
+    return causal_conv1d_update
+
+
+@dataclass
+class CausalConvPatch(DelegatingPatch):
+    def check_applicable(self) -> None:
+        super().check_applicable()
+        if importlib.util.find_spec("causal_conv1d") is not None:
+            raise NotApplicable(f"{self.name}: causal-conv1d is installed; its kernels are used")
+
+
+PATCHES: list[Patch] = [
+    CausalConvPatch(
+        name=f"causal-conv1d{suffix}:{module}",
+        target=f"transformers.models.{module}.modeling_{module}:{symbol}",
+        replacement=None,
+        make=make,
+        versions=SpecifierSet(">=5.2"),
+        description=f"Gated DeltaNet depthwise causal conv ({what}) as unfold-multiply-sum instead of oneDNN",
+    )
+    for module in ("qwen3_5", "qwen3_5_moe")
+    for suffix, symbol, make, what in (("", "causal_conv1d_fn", make_conv_fn, "training and prefill"),
+                                       ("-update", "causal_conv1d_update", make_conv_update, "one-token decode"))
+]
