@@ -6,7 +6,7 @@ Every trainer run applies:
 - the fused log-prob / entropy forward: the trainer's log-probs go through it, so a full
   vocabulary of float32 logits never exists for every position at once;
 - the Gated DeltaNet chunk fitted to short sequences, where flash-linear-attention is absent;
-- the Gated DeltaNet causal conv (training, prefill and decode) as unfold-multiply-sum, where
+- the Gated DeltaNet causal conv (training, prefill and decode) as shifted multiply-adds, where
   causal-conv1d is absent.
 On NPU it adds the torch_npu op patches (RMSNorm, gated RMSNorm, rotary, SwiGLU MLP).
 
