@@ -231,9 +231,12 @@ def cmd_run(args) -> int:
     if jobs is None and args.ray is None:
         from harness.execution import jobs as job_choice
 
-        jobs, why = job_choice.auto_jobs(cells)
+        visible = {device: devices.visible_devices(device)
+                   for device in sorted({c.axes.get("device", "cpu") for c in cells} - {"cpu"})}
+        jobs, why = job_choice.auto_jobs(cells, devices=visible)
         chosen = f"jobs: up to {jobs} cells at once ({why})"
-        budget = job_choice.Budget(job_choice.usable_cores(), job_choice.available_memory_mb(), runner.STOPPING)
+        budget = job_choice.Budget(job_choice.usable_cores(), job_choice.available_memory_mb(), runner.STOPPING,
+                                   devices=visible)
     opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=jobs or 1, redo=args.redo,
                       checks=tuple(args.checks or ()), seed=args.seed, steps=args.steps, timeout=args.timeout,
                       retries=args.retries, reuse=not args.no_reuse, fork=not args.no_fork, budget=budget)

@@ -51,7 +51,7 @@ def test_every_kind_of_cell_counts_one_core_and_the_heavier_kinds_more_memory(tm
     # Measured on CPU only: on an accelerator a Megatron or fully-async cell keeps its 2-core estimate.
     assert jobs.cell_cost(_cell("megatron", device="cuda")).cores == 2
     assert jobs.cell_cost(_cell(mode="fully-async", device="npu")).cores == 2
-    assert jobs.cell_cost(_cell(device="cuda")) is jobs.FSDP
+    assert jobs.cell_cost(_cell(device="cuda")).cores == jobs.FSDP.cores
     # Memory decides where it is the scarcer: 6 GiB hold one 4 GiB Megatron cell.
     assert jobs.auto_jobs([_cell("megatron")] * 4, cores=2, meminfo=_meminfo(tmp_path, 6 * 1024 * 1024))[0] == 1
 
@@ -252,3 +252,84 @@ def _passed():
     from harness.results.records import CheckResult
 
     return CheckResult("x", Status.PASS, "")
+
+
+def test_accelerator_cells_hold_devices_and_auto_counts_them(tmp_path):
+    plenty = _meminfo(tmp_path, 64 * 1024 * 1024)
+    assert jobs.cell_cost(_cell()).devices == 0
+    for cell in (_cell(device="cuda"), _cell("megatron", device="npu"), _cell(device="cuda", vllm="0.32.0")):
+        cost = jobs.cell_cost(cell)
+        assert (cost.devices, cost.device_type) == (jobs.DEVICES_PER_CELL, cell.axes["device"])
+    cells = [_cell(device="cuda")] * 8
+    picked, why = jobs.auto_jobs(cells, cores=32, meminfo=plenty, devices={"cuda": ["0", "1", "2", "3", "4"]})
+    assert picked == 2 and "5 cuda devices visible" in why and "2 cuda devices" in why
+    assert jobs.auto_jobs(cells, cores=32, meminfo=plenty, devices={"cuda": ["0"]})[0] == 1  # at least one
+    # Devices unknown (no vendor tool): shared as before, and the line says so.
+    picked, why = jobs.auto_jobs(cells, cores=32, meminfo=plenty, devices={"cuda": None})
+    assert picked == 8 and "cuda devices unknown" in why
+
+
+def test_the_budget_hands_each_cell_its_own_devices_and_takes_them_back():
+    import threading
+
+    budget = jobs.Budget(16, None, devices={"cuda": ["0", "1", "2", "3"]})
+    gpu = jobs.cell_cost(_cell(device="cuda"))
+    first, second = budget.hold(gpu), budget.hold(gpu)
+    a, b = first.__enter__(), second.__enter__()
+    assert sorted(a + b) == ["0", "1", "2", "3"] and not set(a) & set(b)
+    got = []
+    third = threading.Thread(target=lambda: got.append(budget.hold(gpu).__enter__()))
+    third.start()
+    third.join(timeout=1.5)
+    assert third.is_alive() and got == []  # every device is held: the third cell waits
+    first.__exit__(None, None, None)
+    third.join(timeout=5)
+    assert got == [a]  # it gets the devices the first cell gave back
+    # A CPU cell holds no device; a cost above the runner's devices is cut to them.
+    with budget.hold(jobs.FSDP) as held:
+        assert held == []
+    lone = jobs.Budget(4, None, devices={"npu": ["3"]})
+    with lone.hold(jobs.cell_cost(_cell(device="npu"))) as held:
+        assert held == ["3"]
+
+
+def test_a_cells_checks_see_only_the_devices_it_holds(monkeypatch, tmp_path):
+    from harness.execution import run as run_module
+    from harness.matrix import Cell
+
+    seen = {}
+
+    def fake_run_cell(cell, matrix, opts, earlier):
+        seen[cell.id] = opts.extra_env.get("CUDA_VISIBLE_DEVICES")
+        env = run_module.check_environment(cell, opts)
+        assert env.get("CUDA_VISIBLE_DEVICES") == seen[cell.id]
+        time.sleep(0.2)
+        return SimpleNamespace(cell_id=cell.id, checks=[])
+
+    monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
+    monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
+    monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
+    cells = [Cell("m", name, {"device": "cuda", "model": "text", "backend": "fsdp"}, (), ()) for name in "abc"]
+    opts = run_module.RunOptions(out_dir=tmp_path, jobs=3, reuse=False, extra_env={"KEEP": "1"},
+                                 budget=jobs.Budget(8, None, devices={"cuda": ["4", "5", "6", "7"]}),
+                                 progress=Progress(3, stream=io.StringIO()))
+    run_module.run_matrix(SimpleNamespace(), cells, opts)
+    assert all(len(value.split(",")) == 2 for value in seen.values())
+    assert set(seen["a"].split(",")) | set(seen["b"].split(",")) == {"4", "5", "6", "7"}
+    assert opts.extra_env == {"KEEP": "1"}  # the run's own options are not changed
+
+
+def test_visible_devices_come_from_the_users_variable_or_the_vendor_tool(monkeypatch):
+    from harness.envs import devices
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
+    assert devices.visible_devices("cuda") == ["2", "3"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    listing = "GPU 0: NVIDIA H100 (UUID: GPU-a)\nGPU 1: NVIDIA H100 (UUID: GPU-b)"
+    monkeypatch.setattr(devices, "_run", lambda argv: (0, listing))
+    assert devices.visible_devices("cuda") == ["0", "1"]
+    monkeypatch.setattr(devices, "_run", lambda argv: (127, "nvidia-smi not found on PATH"))
+    assert devices.visible_devices("cuda") is None
+    assert devices.visible_devices("cpu") == []
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    assert len(devices.visible_devices("npu")) == 8

@@ -6,6 +6,8 @@ missing: a GPU session on a CPU-only machine must never pass silently.
 from __future__ import annotations
 
 import glob
+import os
+import re
 import shutil
 import subprocess
 
@@ -52,6 +54,29 @@ def probe(device: str) -> tuple[bool, str]:
             return True, f"devices {' '.join(nodes)}"
         return False, f"no Ascend NPU: `npu-smi info` -> {out or code}, no /dev/davinci*"
     raise ValueError(f"unknown device {device!r}")
+
+
+# device -> the variable that limits which of the host's devices a process sees (its runtime reads it at start)
+VISIBLE_VARIABLE = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
+
+
+def visible_devices(device: str) -> list[str] | None:
+    """The ids of the `device` accelerators processes started from here may use, in the form the device's
+    visibility variable takes: the variable's own list when the user set it, else the devices the vendor
+    tool lists (`nvidia-smi -L`) or the kernel's device nodes (`/dev/davinciN`). [] on cpu; None when they
+    cannot be told (no tool): the caller then shares devices as before, without a device budget."""
+    if device == "cpu":
+        return []
+    variable = VISIBLE_VARIABLE[device]
+    if variable in os.environ:
+        return [part.strip() for part in os.environ[variable].split(",") if part.strip()]
+    if device == "cuda":
+        code, out = _run(["nvidia-smi", "-L"])
+        ids = re.findall(r"^GPU (\d+):", out, flags=re.MULTILINE) if code == 0 else []
+    else:
+        ids = sorted((m.group(1) for m in (re.fullmatch(r"/dev/davinci(\d+)", p) for p in glob.glob("/dev/davinci*"))
+                      if m), key=int)
+    return ids or None
 
 
 def require(device: str, what: str) -> str:

@@ -13,6 +13,11 @@ many cells as the lightest cost allows run at once, and each holds its own cost 
 runs (`Budget`), first come first served, so no mix of cells oversubscribes the cores or the memory. On an
 accelerator, where none of this was measured, Megatron and fully-async cells keep their earlier estimate of 2
 cores (`ON_ACCELERATOR`). Cells start in `start_order`: those that need the most cores first, then the longest.
+
+On an accelerator a cell also holds devices: `DEVICES_PER_CELL`, the most ranks one of its checks starts at
+once. The budget hands it that many of the runner's visible devices (envs/devices.visible_devices), and the
+cell's checks see only those (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES), so two cells never share a
+device, and an 8-device runner runs four cells at once where its cores and memory allow.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import os
 import threading
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.matrix.axes import VLLM_AXES
@@ -34,6 +39,13 @@ class CellCost:
     memory_mb: int
     kind: str
     seconds: int  # a cold cell of the default CPU matrix on the development machine (the matrix bench), for the order
+    devices: int = 0  # accelerator devices held while it runs (none on cpu)
+    device_type: str = "cpu"
+
+
+# The most ranks a check starts at once on an accelerator: grpo-convergence's and offload-regression's two
+# FSDP ranks, Megatron's TP2 / EP2 jobs, a fully-async trainer beside its rollout producer.
+DEVICES_PER_CELL = 2
 
 
 FSDP = CellCost(1, 3072, "FSDP", 40)
@@ -54,9 +66,9 @@ def cell_cost(cell) -> CellCost:
         kind = "fully-async"
     else:
         kind = "megatron" if axes.get("backend") == "megatron" else "fsdp"
-    if axes.get("device", "cpu") != "cpu" and kind in ON_ACCELERATOR:
-        return ON_ACCELERATOR[kind]
-    return HEAVY.get(kind, FSDP)
+    device = axes.get("device", "cpu")
+    cost = ON_ACCELERATOR[kind] if device != "cpu" and kind in ON_ACCELERATOR else HEAVY.get(kind, FSDP)
+    return cost if device == "cpu" else replace(cost, devices=DEVICES_PER_CELL, device_type=device)
 
 
 def start_order(cells: list) -> list:
@@ -84,10 +96,11 @@ def available_memory_mb(meminfo: Path = MEMINFO) -> int | None:
     return None
 
 
-def auto_jobs(cells, cores: int | None = None, memory_mb: int | None = None,
-              meminfo: Path = MEMINFO) -> tuple[int, str]:
+def auto_jobs(cells, cores: int | None = None, memory_mb: int | None = None, meminfo: Path = MEMINFO,
+              devices: dict[str, list[str] | None] | None = None) -> tuple[int, str]:
     """(cells at once, why in one line); at least 1, at most the number of cells. Run them under a
-    `Budget` of the same cores and memory, so the heavier cells wait for their share."""
+    `Budget` of the same cores, memory and devices, so the heavier cells wait for their share. `devices`: the
+    visible devices per accelerator type (None: not asked; a type's None: unknown, shared as before)."""
     cores = usable_cores() if cores is None else cores
     memory_mb = available_memory_mb(meminfo) if memory_mb is None else memory_mb
     costs = [cell_cost(c) for c in cells] or [FSDP]
@@ -96,35 +109,51 @@ def auto_jobs(cells, cores: int | None = None, memory_mb: int | None = None,
     by_memory = by_cores if memory_mb is None else memory_mb // lightest.memory_mb
     jobs = max(1, min(len(cells) or 1, by_cores, by_memory))
     memory = "memory unknown" if memory_mb is None else f"{memory_mb / 1024:.1f} GiB available"
+    held = {}
+    for device in sorted({c.device_type for c in costs if c.devices}):
+        ids = (devices or {}).get(device)
+        held[device] = f"{device} devices unknown (shared)" if ids is None else f"{len(ids)} {device} devices visible"
+        if ids:
+            jobs = max(1, min(jobs, len(ids) // DEVICES_PER_CELL))
     kinds = {c.kind: c for c in costs}
     needs = ", ".join(f"{k} {c.cores} core{'s' if c.cores > 1 else ''} {c.memory_mb / 1024:.1f} GiB"
+                      + (f" {c.devices} {c.device_type} devices" if c.devices else "")
                       for k, c in sorted(kinds.items()))
-    why = f"{cores} usable cores, {memory}; each cell holds what it needs while it runs: {needs}"
+    visible = "".join(f", {text}" for text in held.values())
+    why = f"{cores} usable cores, {memory}{visible}; each cell holds what it needs while it runs: {needs}"
     return jobs, why
 
 
 class Budget:
-    """Cores and memory shared by the cells of a run. A cell holds its cost while it runs; cells are
-    served in the order they ask, so a 2-core cell is not starved by 1-core cells behind it. A cost above
-    the whole budget is cut to it: that cell runs alone rather than never."""
+    """Cores, memory and accelerator devices shared by the cells of a run. A cell holds its cost while it
+    runs; cells are served in the order they ask, so a 2-core cell is not starved by 1-core cells behind it.
+    A cost above the whole budget is cut to it: that cell runs alone rather than never. `hold` yields the ids
+    of the devices the cell holds ([] on cpu, or when the runner's devices are unknown)."""
 
-    def __init__(self, cores: int, memory_mb: int | None, stopping: threading.Event | None = None):
+    def __init__(self, cores: int, memory_mb: int | None, stopping: threading.Event | None = None,
+                 devices: dict[str, list[str] | None] | None = None):
         self.cores, self.memory_mb = max(1, cores), memory_mb
         self._free_cores, self._free_mb = self.cores, memory_mb
+        self._free_devices = {device: list(ids) for device, ids in (devices or {}).items() if ids}
         self._queue: deque[object] = deque()
         self._changed = threading.Condition()
         self._stopping = stopping or threading.Event()
+        self._all_devices = {device: len(ids) for device, ids in self._free_devices.items()}
+
+    def _fits(self, cores: int, memory: int, device: str, count: int) -> bool:
+        return (self._free_cores >= cores and (self._free_mb is None or self._free_mb >= memory)
+                and len(self._free_devices.get(device, ())) >= count)
 
     @contextmanager
     def hold(self, cost: CellCost):
         cores = min(cost.cores, self.cores)
         memory = 0 if self.memory_mb is None else min(cost.memory_mb, self.memory_mb)
+        count = min(cost.devices, self._all_devices.get(cost.device_type, 0))
         ticket = object()
         with self._changed:
             self._queue.append(ticket)
             try:
-                while not (self._queue[0] is ticket and self._free_cores >= cores
-                           and (self._free_mb is None or self._free_mb >= memory)):
+                while not (self._queue[0] is ticket and self._fits(cores, memory, cost.device_type, count)):
                     if self._stopping.is_set():  # the run is being stopped: never start another cell
                         raise InterruptedError("the run is stopping")
                     self._changed.wait(timeout=0.5)
@@ -134,11 +163,16 @@ class Budget:
             self._free_cores -= cores
             if self._free_mb is not None:
                 self._free_mb -= memory
+            held = self._free_devices[cost.device_type][:count] if count else []
+            if count:
+                del self._free_devices[cost.device_type][:count]
         try:
-            yield
+            yield held
         finally:
             with self._changed:
                 self._free_cores += cores
                 if self._free_mb is not None:
                     self._free_mb += memory
+                if count:
+                    self._free_devices[cost.device_type].extend(held)
                 self._changed.notify_all()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness import checks
-from harness.envs import cellenv, container, interpreters
+from harness.envs import cellenv, container, devices, interpreters
 from harness.envs.lifetime import die_with_parent
 from harness.matrix import Cell, Matrix
 from harness.matrix.axes import VLLM_AXES
@@ -310,6 +310,14 @@ def _capture(env: cellenv.CellEnv, opts: RunOptions) -> dict:
         return {"error": f"environment capture failed (status {done.returncode}): {done.stderr[-1000:]}"}
 
 
+def with_devices(opts: RunOptions, cell: Cell, held: list[str]) -> RunOptions:
+    """The options of a cell that holds accelerator devices: its checks see only those."""
+    if not held:
+        return opts
+    variable = devices.VISIBLE_VARIABLE[cell.axes["device"]]
+    return replace(opts, extra_env={**opts.extra_env, variable: ",".join(held)})
+
+
 def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[CellResult]:
     write_run_info(matrix, opts)
     if opts.reuse and opts.reuse_index is None:  # one index for the run: a cell reuses what finished before it
@@ -324,9 +332,9 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
             progress.started(cell.id, reused=True)
             done = earlier
         else:
-            with opts.budget.hold(cell_cost(cell)) if opts.budget else nullcontext():
+            with opts.budget.hold(cell_cost(cell)) if opts.budget else nullcontext([]) as held:
                 progress.started(cell.id)  # running from now: its time in the progress line is its own
-                done = run_cell(cell, matrix, opts, earlier)
+                done = run_cell(cell, matrix, with_devices(opts, cell, held), earlier)
         progress.finished(cell.id, [c.status for c in done.checks])
         return done
 
