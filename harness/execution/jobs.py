@@ -54,7 +54,7 @@ HEAVY = {"megatron": CellCost(1, 4096, "Megatron", 60), "vllm": CellCost(1, 4096
 
 
 # Only the CPU figures were measured: on an accelerator a Megatron or fully-async cell keeps the earlier estimate, 2
-# cores (two ranks at once, or a producer beside the trainer), so no more of them share a runner's devices than before.
+# cores (two ranks at once, or a producer beside the trainer, each driving its own device).
 ON_ACCELERATOR = {"megatron": CellCost(2, 4096, "Megatron", 60), "fully-async": CellCost(2, 4096, "fully-async", 35)}
 
 
