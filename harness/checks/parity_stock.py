@@ -14,8 +14,8 @@ from harness.results.records import Status, Verdict
 from trainers.patches.base import Patch
 from trainers.patches.fused_logprob import reference_logprobs_and_entropy
 
+from .parity_built import compare_built
 from .parity_chunk import compare_rule
-from .parity_conv import compare_built
 from .parity_inputs import (
     Models,
     Tolerance,
@@ -67,7 +67,8 @@ def _probes(patch: Patch) -> tuple[Probe, Probe]:
 # patch-name prefix -> a comparison of its own, for targets that are compared outside a model.
 RULE_COMPARISONS = {"gated-delta-chunk": compare_rule}
 # patch-name prefix -> a comparison of models built with and without the patch (targets bound at build).
-BUILT_COMPARISONS = {"causal-conv1d": compare_built, "causal-conv1d-update": compare_built}
+BUILT_COMPARISONS = {"causal-conv1d": compare_built, "causal-conv1d-update": compare_built,
+                     "gated-delta-step": compare_built}
 
 
 def compare_patch(patch: Patch, models: Models, tolerances: dict[str, Tolerance], seed: int,

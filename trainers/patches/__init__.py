@@ -16,6 +16,7 @@ PATCH_MODULES = (
     "trainers.patches.packed_forward",
     "trainers.patches.gated_delta_chunk",
     "trainers.patches.causal_conv",
+    "trainers.patches.gated_delta_step",
     "trainers.patches.npu_ops",
     "trainers.patches.chat_template",
 )

@@ -46,15 +46,17 @@ def _make_fitted(stock: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @dataclass
-class FittedChunkPatch(DelegatingPatch):
+class TorchGatedDeltaPatch(DelegatingPatch):
+    """A patch of transformers' pure-torch Gated DeltaNet, which runs only where flash-linear-attention is absent."""
+
     def check_applicable(self) -> None:
         super().check_applicable()
         if importlib.util.find_spec("fla") is not None:
-            raise NotApplicable(f"{self.name}: flash-linear-attention is installed; its kernels tile on their own")
+            raise NotApplicable(f"{self.name}: flash-linear-attention is installed; its kernels are used")
 
 
 PATCHES: list[Patch] = [
-    FittedChunkPatch(
+    TorchGatedDeltaPatch(
         name=f"gated-delta-chunk:{module}",
         target=f"transformers.models.{module}.modeling_{module}:torch_chunk_gated_delta_rule",
         replacement=None,

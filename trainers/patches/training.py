@@ -5,7 +5,8 @@ Every trainer run applies:
   CPU offload fails without it;
 - the fused log-prob / entropy forward: the trainer's log-probs go through it, so a full
   vocabulary of float32 logits never exists for every position at once;
-- the Gated DeltaNet chunk fitted to short sequences, where flash-linear-attention is absent;
+- the Gated DeltaNet chunk fitted to short sequences, and its one-token decode step in fewer ops,
+  where flash-linear-attention is absent;
 - the Gated DeltaNet causal conv (training, prefill and decode) as shifted multiply-adds, where
   causal-conv1d is absent.
 On NPU it adds the torch_npu op patches (RMSNorm, gated RMSNorm, rotary, SwiGLU MLP).
@@ -23,7 +24,7 @@ from .base import NotApplicable, Patch
 
 # Patch-name prefixes per device type; "all" applies everywhere.
 SELECTION = {
-    "all": ("pos-embed-device:", "fused-logprob:", "gated-delta-chunk:", "causal-conv1d"),
+    "all": ("pos-embed-device:", "fused-logprob:", "gated-delta-chunk:", "gated-delta-step:", "causal-conv1d"),
     "npu": ("npu-",),
 }
 

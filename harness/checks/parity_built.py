@@ -1,8 +1,8 @@
 """Parity of a patch whose target a layer binds when it is built: a model built under the patch
 against the same model built without it.
 
-Transformers 5.2-5.9 bind the Gated DeltaNet conv functions to each layer at build (the
-`causal-conv1d` package's slots, or the torch fallback), so swapping the module attribute under a
+Transformers 5.2-5.9 bind the Gated DeltaNet conv functions and recurrent rule to each layer at build
+(the optional packages' slots, or the torch fallbacks), so swapping the module attribute under a
 built model would compare stock with stock; from 5.16 the layer looks them up at call time. Built
 under the patch, the model runs the patched code in every release. Two probes, each on both
 models with the same seeded weights:
@@ -10,9 +10,9 @@ models with the same seeded weights:
   random projection of them (the conv's backward included);
 - decoding: `generate` with the KV cache, forced through the same tokens on both sides (so a
   rounding-level difference cannot fork the paths), comparing the raw logits of every step:
-  the prefill conv that fills the cache, then the one-token update that shifts it.
-The `causal-conv1d:qwen3_5*` patches target the Gated DeltaNet layer shared by the text and
-vision-language models of a module, so the text model stands for `qwen3_5` and the MoE model for
+  the prefill conv that fills the cache, then the one-token conv update and recurrent step.
+The patches compared here (causal-conv1d*, gated-delta-step) target the Gated DeltaNet layer shared
+by the text and vision-language models of a module, so the text model stands for `qwen3_5` and the MoE model for
 `qwen3_5_moe`.
 """
 from __future__ import annotations
