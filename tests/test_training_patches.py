@@ -54,7 +54,9 @@ def test_fitted_chunk_matches_the_stock_rule():
     patch = next(p for p in gated_delta_chunk.PATCHES if p.name.endswith(":qwen3_5"))
     verdict = parity_stock.compare_patch(patch, models=None, tolerances=FP32, seed=0)
     assert verdict.status is Status.PASS, verdict
-    assert set(verdict.metrics) == {f"L{n}/float32" for n in parity_chunk.LENGTHS}
+    # The rule on lengths around the chunk sizes, and a model built under the patch (grouped value heads).
+    assert set(verdict.metrics) == {f"L{n}/float32" for n in parity_chunk.LENGTHS} | {"text/float32"}
+    assert verdict.metrics["text/float32"]["train_logits_max_abs_err"] > 0  # the one-chunk form ran
 
 
 def _without_decay(stock):
@@ -73,6 +75,18 @@ def test_a_broken_chunk_rule_fails_parity():
     assert verdict.status is Status.FAIL, verdict
     assert "output error" in verdict.message
     assert not broken.applied  # compared inside a context: removed again
+
+
+def test_a_broken_one_chunk_form_fails_parity(monkeypatch):
+    _qwen35_or_skip()
+    right = gated_delta_chunk.one_chunk_rule
+    monkeypatch.setattr(gated_delta_chunk, "one_chunk_rule",
+                        lambda query, key, value, g, beta, *args: right(query, key, value, g * 0, beta, *args))
+    patch = next(p for p in gated_delta_chunk.PATCHES if p.name.endswith(":qwen3_5"))
+    verdict = parity_stock.compare_patch(patch, models=None, tolerances=FP32, seed=0)
+    assert verdict.status is Status.FAIL, verdict
+    assert "length 14/float32: output error" in verdict.message and "train logits error" in verdict.message
+    assert "length 100/float32" not in verdict.message  # longer than a chunk: the stock rule, fitted
 
 
 def test_training_patch_set_per_device_applies_and_removes_cleanly():

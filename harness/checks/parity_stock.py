@@ -66,20 +66,30 @@ def _probes(patch: Patch) -> tuple[Probe, Probe]:
 
 # patch-name prefix -> a comparison of its own, for targets that are compared outside a model.
 RULE_COMPARISONS = {"gated-delta-chunk": compare_rule}
-# patch-name prefix -> a comparison of models built with and without the patch (targets bound at build).
+# patch-name prefix -> a comparison of models built with and without the patch (targets bound at build). The
+# fitted chunk has both: its rule on lengths around the chunk sizes, and the model (grouped value heads, prefill).
 BUILT_COMPARISONS = {"causal-conv1d": compare_built, "causal-conv1d-update": compare_built,
-                     "gated-delta-step": compare_built}
+                     "gated-delta-step": compare_built, "gated-delta-chunk": compare_built}
+
+
+def _together(verdicts: list[Verdict]) -> Verdict:
+    """Several comparisons of one patch as its one verdict: the worst status, every message and metric."""
+    if all(v.status is Status.SKIP for v in verdicts):  # not applicable here: said once
+        return verdicts[0]
+    worst = next((v for v in verdicts if v.status.is_failure), None) or verdicts[0]
+    metrics = {key: value for v in verdicts for key, value in (v.metrics or {}).items()}
+    return Verdict(worst.name, worst.status, "; ".join(v.message for v in verdicts), metrics)
 
 
 def compare_patch(patch: Patch, models: Models, tolerances: dict[str, Tolerance], seed: int,
                   kinds=None) -> Verdict:
     """One verdict per patch: every (model kind it touches) x (dtype) cell within tolerance."""
-    special = RULE_COMPARISONS.get(patch.name.split(":")[0])
-    if special is not None:
-        return special(patch, tolerances, seed)
-    built = BUILT_COMPARISONS.get(patch.name.split(":")[0])
-    if built is not None:
-        return built(patch, tolerances, seed, models.overrides if models is not None else None)
+    prefix = patch.name.split(":")[0]
+    own = [compare(patch, tolerances, seed) for compare in (RULE_COMPARISONS.get(prefix),) if compare]
+    own += [compare(patch, tolerances, seed, models.overrides if models is not None else None)
+            for compare in (BUILT_COMPARISONS.get(prefix),) if compare]
+    if own:
+        return _together(own)
     name = f"patched-vs-stock:{patch.name}"
     applicable, reason = patch.applicable()
     if not applicable:
