@@ -158,3 +158,19 @@ def test_each_check_process_gets_its_devices_settings(monkeypatch, tmp_path):
     assert "NCCL_ALGO" not in env  # exported: the check inherits the user's value unchanged
     cell = Cell("m", "c", {"device": "cpu", "backend": "fsdp", "model": "text"}, (), ())
     assert set(check_environment(cell, opts)) == {"HARNESS_DEVICE"}
+
+
+def test_a_cpu_trainer_flushes_denormals_and_runs_one_thread():
+    from trainers.device import cpu_trainer_settings
+
+    tiny = torch.tensor([1e-40])  # below float32's smallest normal: a denormal
+    torch.set_flush_denormal(False)
+    assert float(tiny * 1.0) != 0.0  # by default arithmetic keeps it
+    try:
+        if not cpu_trainer_settings():
+            pytest.skip("this CPU cannot flush denormals (no SSE3)")
+        assert float(tiny * 1.0) == 0.0 and float(torch.exp(torch.tensor([-100.0]))) == 0.0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_flush_denormal(False)
+    assert float(tiny * 1.0) != 0.0

@@ -63,3 +63,15 @@ def set_cpu_threads() -> None:
         torch.set_num_interop_threads(1)
     except RuntimeError:
         pass  # already set once in this process
+
+
+def cpu_trainer_settings() -> bool:
+    """A trainer process on CPU: one thread, and denormal floats flushed to zero (True if the CPU can).
+
+    The Gated DeltaNet's decays are exponentials of sums of log-gates, and in training some land below
+    float32's smallest normal (about exp(-87)); x86 handles such operands in microcode, and the batched
+    matmuls and triangular solves that meet them ran up to 25x slower (385 us against 15 us a call on the
+    tiny model). Flushed, they count as the zeros they round to in any sum with a normal term: a GRPO step
+    3 ms faster (5%), the same reward curve. The GRPO benchmark gives TRL's trainer the same settings."""
+    set_cpu_threads()
+    return torch.set_flush_denormal(True)

@@ -79,13 +79,13 @@ def run(settings: dict, metrics: Path, work: Path) -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainers.device import set_cpu_threads
+    from trainers.device import cpu_trainer_settings
     from trainers.models import build_model
     from trainers.tasks import make_task
 
     from .grpo import StepClock
 
-    set_cpu_threads()
+    cpu_trainer_settings()  # the settings our trainer runs with: like for like
     s = settings
     task = make_task(s["task"])
     tokenizer = build_tokenizer()

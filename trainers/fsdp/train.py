@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule
 
 from .. import determinism
-from ..device import DevicePlan, set_cpu_threads
+from ..device import DevicePlan, cpu_trainer_settings
 from ..device import plan as device_plan
 from ..grpo_loop import GRPOLoop
 from ..models import build_model
@@ -79,7 +79,7 @@ class GRPOTrainer(GRPOLoop):
         self.config = config
         self.plan = device_plan(config.device)
         if self.plan.type == "cpu":
-            set_cpu_threads()
+            cpu_trainer_settings()
         self.determinism = determinism.apply(self.plan.type)
         self.rank, self.world, self.device = init_distributed(self.plan)
         if config.batch_prompts % self.world:

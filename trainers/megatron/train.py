@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from .. import determinism, grpo
+from ..device import cpu_trainer_settings
 from ..device import plan as device_plan
-from ..device import set_cpu_threads
 from ..grpo_loop import GRPOLoop
 from ..rollout import RolloutBatch, make_rollout
 from ..tasks import make_task
@@ -76,7 +76,7 @@ class MegatronGRPOTrainer(GRPOLoop):
         self.config = config
         self.plan = device_plan(config.device)
         if self.plan.type == "cpu":
-            set_cpu_threads()
+            cpu_trainer_settings()
         self.determinism = determinism.apply(self.plan.type)
         init_distributed(self.plan)
         init_model_parallel(config.sizes)
