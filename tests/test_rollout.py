@@ -115,3 +115,46 @@ def test_sync_copies_every_weight_in_place_and_refuses_a_mismatched_state():
     missing = {k: v for k, v in other.state_dict().items() if k != "lm_head.weight"}
     with pytest.raises(RuntimeError, match="lm_head.weight"):
         engine.sync_weights(missing)
+
+
+@pytest.mark.versions  # the inputs generate gives the model differ by release: nox -s tests-affected runs 5.3.0
+@pytest.mark.parametrize("kind, temperature, with_eos", [("text", 1.0, False), ("text", 0.0, True), ("moe", 0.7, True)])
+def test_the_cached_decode_loop_gives_generates_tokens_and_logprobs(kind, temperature, with_eos):
+    from trainers import cached_decode
+
+    model = _model(kind)
+    prompts = make_task("target-set").prompts(6, random.Random(1))
+    prompts[1], prompts[4] = prompts[1][:2], prompts[4][:3]  # ragged: left padding in play
+    eos = None
+    if with_eos:  # an EOS that some row samples mid-way, so rows end at different steps
+        first = HFRollout(model).generate(prompts, max_new_tokens=8, temperature=temperature, seed=5)
+        eos = int(first.response_ids[0, 2])
+    engine = HFRollout(model, eos_token_id=eos)
+    assert cached_decode.applies_to(engine.model, engine.layer_types)
+    ours = engine.generate(prompts, max_new_tokens=8, temperature=temperature, seed=5)
+    calls = []
+    real = cached_decode.decode
+    try:
+        cached_decode.decode = lambda *a, **k: calls.append(1) or real(*a, **k)
+        engine.generate(prompts, max_new_tokens=8, temperature=temperature, seed=5)
+    finally:
+        cached_decode.decode = real
+    assert calls, "the engine did not take the cached decode loop"
+    engine.layer_types = ["full_attention"]  # not a model the loop applies to: generate itself
+    assert not cached_decode.applies_to(engine.model, engine.layer_types)
+    theirs = engine.generate(prompts, max_new_tokens=8, temperature=temperature, seed=5)
+    assert torch.equal(ours.input_ids, theirs.input_ids) and torch.equal(ours.response_mask, theirs.response_mask)
+    # float32 rounding only: CPU kernels round the last bit by where their buffers land (cached_decode's docstring)
+    torch.testing.assert_close(ours.logprobs, theirs.logprobs, rtol=0, atol=2e-6)
+    if with_eos:
+        assert bool((ours.response_mask == 0).any()), "no row ended early: the EOS rule was not exercised"
+
+
+def test_the_cached_decode_loop_leaves_the_vl_model_and_custom_generation_configs_to_generate():
+    from trainers import cached_decode
+
+    text = _model("text")
+    assert cached_decode.applies_to(text, ["linear_attention", "full_attention"])
+    text.generation_config.repetition_penalty = 1.3  # generate would add a processor the loop does not have
+    assert not cached_decode.applies_to(text, ["linear_attention", "full_attention"])
+    assert not cached_decode.applies_to(_model("vl"), ["linear_attention", "full_attention"])

@@ -1,6 +1,8 @@
 """Rollout engines behind one small interface: sample responses and their log-probs.
 
-`HFRollout` (the default) is Hugging Face `generate` with the KV cache. It samples with the
+`HFRollout` (the default) is Hugging Face `generate` with the KV cache (for Qwen3.5's text and MoE
+causal LMs, the same decoding over the model's cache without generate's bookkeeping:
+trainers/cached_decode.py). It samples with the
 Gumbel-max trick from noise drawn per row from that row's own seed (`RowNoise`), so a sample
 depends only on (weights, prompt, row seed): the same prompts give the same responses whatever
 the batch size or the number of ranks they are split over.
@@ -23,6 +25,8 @@ from typing import Protocol
 
 import torch
 from transformers import LogitsProcessorList
+
+from . import cached_decode
 
 
 @dataclass
@@ -176,15 +180,21 @@ class HFRollout:
         rows, width = prompt.shape
         sampling = temperature > 0
         processors = [RowNoise(seeds, max_new_tokens, self.vocab_size, temperature, width, device)] if sampling else []
-        out = self._generate(
-            input_ids=prompt.to(device), attention_mask=prompt_mask.to(device), max_new_tokens=max_new_tokens,
-            min_new_tokens=0, do_sample=False, num_beams=1, logits_processor=LogitsProcessorList(processors),
-            eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id, output_logits=True,
-            return_dict_in_generate=True, temperature=None, top_p=None, top_k=None)
-        steps = len(out.logits)
+        if self.use_cache and cached_decode.applies_to(self.model, self.layer_types):
+            sequences, raw_logits = cached_decode.decode(self.model, prompt.to(device), prompt_mask.to(device),
+                                                         max_new_tokens, processors, self.eos_token_id,
+                                                         self.pad_token_id)
+        else:
+            out = self._generate(
+                input_ids=prompt.to(device), attention_mask=prompt_mask.to(device), max_new_tokens=max_new_tokens,
+                min_new_tokens=0, do_sample=False, num_beams=1, logits_processor=LogitsProcessorList(processors),
+                eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id, output_logits=True,
+                return_dict_in_generate=True, temperature=None, top_p=None, top_k=None)
+            sequences, raw_logits = out.sequences, out.logits
+        steps = len(raw_logits)
         responses = torch.full((rows, max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
-        responses[:, :steps] = out.sequences[:, width:width + steps]
-        logits = torch.stack(out.logits, dim=1).float()  # (B, steps, V): the raw logits of each step
+        responses[:, :steps] = sequences[:, width:width + steps]
+        logits = torch.stack(raw_logits, dim=1).float()  # (B, steps, V): the raw logits of each step
         scaled = logits / temperature if sampling else logits
         logprobs = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=device)
         logprobs[:, :steps] = torch.log_softmax(scaled, dim=-1).gather(-1, responses[:, :steps, None]).squeeze(-1)
