@@ -174,3 +174,16 @@ def test_a_cpu_trainer_flushes_denormals_and_runs_one_thread():
     finally:
         torch.set_flush_denormal(False)
     assert float(tiny * 1.0) != 0.0
+
+
+def test_adamw_is_fused_on_plain_tensors_and_foreach_on_sharded_ones_and_npu():
+    from trainers.device import DevicePlan
+
+    cpu, npu = DevicePlan("cpu", "gloo", False, False), DevicePlan("npu", "hccl", True, True)
+    assert cpu.optimizer_kernel(sharded=False) == {"fused": True}
+    assert cpu.optimizer_kernel(sharded=True) == {"foreach": True}
+    assert npu.optimizer_kernel(sharded=False) == {"foreach": True}
+    weight = torch.nn.Parameter(torch.ones(3))
+    weight.grad = torch.ones(3)
+    torch.optim.AdamW([weight], lr=0.1, **cpu.optimizer_kernel(sharded=False)).step()  # this torch has it on CPU
+    assert float(weight.detach()[0]) < 1.0

@@ -84,13 +84,10 @@ def row_seeds(seed: int | Sequence[int], rows: int) -> list[int]:
 
 def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(p) for p in prompt_ids)
-    ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
-    for row, prompt in enumerate(prompt_ids):
-        if prompt:
-            ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-            mask[row, width - len(prompt):] = 1
-    return ids, mask
+    # Padded in Python, then two tensors: one op each instead of a few per row (rows are short).
+    ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompt_ids], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], dtype=torch.long)
+    return ids.reshape(len(prompt_ids), width), mask.reshape(len(prompt_ids), width)
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

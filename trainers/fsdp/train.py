@@ -100,10 +100,10 @@ class GRPOTrainer(GRPOLoop):
         if config.kl_coef > 0:  # frozen initial policy, sharded like the policy
             self.reference = parallelize(self._build_model(), self.plan, **shard)
             self.reference.eval().requires_grad_(False)
-        # foreach: one op per list of tensors, not per tensor; under FSDP2 every op on a DTensor pays its
-        # sharding propagation, most of a 2-rank CPU step's optimizer time. Same reward curve as before.
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr,
-                                           weight_decay=config.weight_decay, foreach=True)
+        # Fused, or foreach (one op per list of tensors, not per tensor) for FSDP2's DTensors, where every op
+        # pays its sharding propagation, most of a 2-rank CPU step's optimizer time (DevicePlan.optimizer_kernel).
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr, weight_decay=config.weight_decay,
+                                           **self.plan.optimizer_kernel(self.sharded))
         self.start()
 
     def _build_model(self):
