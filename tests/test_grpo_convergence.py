@@ -56,6 +56,9 @@ def test_check_passes_then_fails_against_a_shifted_reference(tmp_path):
     assert result.status is Status.PASS, result.message
     assert len(result.metrics["per_step"]) == REFERENCE["steps"]
     assert result.metrics["gain"] >= REFERENCE["margin"]
+    # The trainer's rollout engine compared its first batch with transformers' generate (trainers.rollout).
+    check_record = result.metrics["per_step"][0]["rollout_check"]
+    assert check_record["same_tokens"] and check_record["max_logit_diff"] < 1e-4
     shifted = copy.deepcopy(REFERENCE)
     shifted["curve"] = [v - 0.15 for v in REFERENCE["curve"]]
     status, _, _, _ = check.evaluate(result.metrics["per_step"], shifted)

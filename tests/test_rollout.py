@@ -158,3 +158,49 @@ def test_the_cached_decode_loop_leaves_the_vl_model_and_custom_generation_config
     text.generation_config.repetition_penalty = 1.3  # generate would add a processor the loop does not have
     assert not cached_decode.applies_to(text, ["linear_attention", "full_attention"])
     assert not cached_decode.applies_to(_model("vl"), ["linear_attention", "full_attention"])
+
+
+def test_the_first_batch_is_checked_against_generate_once_when_asked():
+
+    model = _model("text")
+    prompts = make_task("target-set").prompts(4, random.Random(2))
+    engine = make_rollout("hf", model, check="generate")
+    first = engine.generate(prompts, max_new_tokens=6, temperature=1.0, seed=1)
+    assert engine.generate_check["same_tokens"] and engine.generate_check["max_logit_diff"] < 1e-4
+    assert not engine.check_against_generate  # once: later batches take the loop alone
+    assert torch.equal(first.input_ids, HFRollout(model).generate(prompts, 6, 1.0, seed=1).input_ids)
+    assert make_rollout("hf", model).generate_check is None  # not asked: no comparison
+    with pytest.raises(ValueError, match="does not apply to rollout 'vllm'"):
+        make_rollout("vllm", model, check="generate")
+
+
+@pytest.mark.parametrize("broken", ["tokens", "logits"])
+def test_a_decode_loop_that_disagrees_with_generate_stops_the_run(monkeypatch, broken):
+    from trainers import cached_decode
+    from trainers.rollout import RolloutMismatch
+
+    real = cached_decode.decode
+
+    def wrong(*args, **kwargs):
+        sequences, logits = real(*args, **kwargs)
+        if broken == "tokens":
+            sequences = sequences.clone()
+            sequences[0, -1] = (sequences[0, -1] + 1) % 100
+        else:
+            logits = [logits[0] + 1e-2, *logits[1:]]  # a wrong position or a stale cache moves logits by this much
+        return sequences, logits
+
+    monkeypatch.setattr(cached_decode, "decode", wrong)
+    engine = make_rollout("hf", _model("text"), check="generate")
+    prompts = make_task("target-set").prompts(4, random.Random(2))
+    with pytest.raises(RolloutMismatch, match="disagree on the first rollout batch"):
+        engine.generate(prompts, max_new_tokens=6, temperature=1.0, seed=1)
+
+
+def test_a_rollout_check_needs_the_hf_engine():
+    from trainers.fsdp.config import TrainConfig
+
+    with pytest.raises(ValueError, match="rollout_check='generate' compares the hf engine"):
+        TrainConfig(rollout="vllm", rollout_check="generate").validate()
+    with pytest.raises(ValueError, match="rollout_check='always'"):
+        TrainConfig(rollout_check="always").validate()

@@ -16,7 +16,7 @@ from pathlib import Path
 from .fully_async import option_problems
 from .grpo import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from .models import MODEL_KINDS
-from .rollout import ROLLOUTS
+from .rollout import ROLLOUT_CHECKS, ROLLOUTS
 from .tasks import TASKS
 
 
@@ -43,6 +43,7 @@ class GRPOConfig:
     mini_batches: int = 1  # optimizer steps per rollout (each on its share of the batch)
     ppo_epochs: int = 1
     rollout: str = "hf"
+    rollout_check: str = "off"  # generate: the hf engine also samples its first batch with generate, compared
     device: str | None = None  # cpu, cuda or npu; None picks the accelerator present
     metrics: str | None = None  # JSON-lines file, one line per step (written by rank 0)
     metrics_all_ranks: bool = False  # also write METRICS.rank<N> from the other ranks
@@ -55,7 +56,7 @@ class GRPOConfig:
 
     def choices(self) -> dict[str, tuple]:
         return {"model": tuple(self.models), "kl_estimator": KL_ESTIMATORS, "loss_agg": LOSS_AGGREGATIONS,
-                "rollout": ROLLOUTS, "task": tuple(TASKS)}
+                "rollout": ROLLOUTS, "task": tuple(TASKS), "rollout_check": ROLLOUT_CHECKS}
 
     def positive(self) -> tuple[str, ...]:
         return ("steps", "batch_prompts", "max_new_tokens", "mini_batches", "ppo_epochs", "nproc_per_node")
@@ -70,6 +71,9 @@ class GRPOConfig:
         problems += [f"{key} must be >= 1" for key in self.positive() if getattr(self, key) < 1]
         if self.lr < 0 or self.temperature <= 0 or self.clip_eps <= 0:
             problems.append("lr must be >= 0, temperature and clip_eps > 0")
+        if self.rollout_check != "off" and self.rollout != "hf":
+            problems.append(f"rollout_check={self.rollout_check!r} compares the hf engine with generate; "
+                            f"rollout={self.rollout!r} has no such check")
         return problems + option_problems(self.mode, self.staleness, self.tis_cap)
 
     def validate(self) -> None:

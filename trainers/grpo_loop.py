@@ -170,6 +170,9 @@ class GRPOLoop:
                   **stats, "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,
                   "sync_seconds": sync_seconds, "rank": self.rank, "world_size": self.world,
                   **self.backend_record(step)}
+        check = getattr(self.rollout, "generate_check", None)
+        if step == 0 and check is not None:  # the engine's one comparison with generate, made in this step
+            record["rollout_check"] = check
         self.writer.write(record)
         return record
 

@@ -96,6 +96,16 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
 
 
+class RolloutMismatch(RuntimeError):
+    """The rollout engine's cached decode loop and transformers' `generate` disagree."""
+
+
+# Logits of the cached decode loop against generate's: measured equal to float32 rounding (5e-7 on logits of
+# magnitude 5); a real difference (a wrong position, a stale cache) moves them by far more.
+GENERATE_CHECK_TOLERANCE = 1e-4
+ROLLOUT_CHECKS = ("off", "generate")
+
+
 class RowNoise:
     """A logits processor that turns greedy decoding into sampling with per-row seeds.
 
@@ -126,7 +136,11 @@ class HFRollout:
     """
 
     def __init__(self, model: torch.nn.Module, copy_model: bool = True, eos_token_id: int | None = None,
-                 pad_token_id: int | None = None):
+                 pad_token_id: int | None = None, check_against_generate: bool = False):
+        """`check_against_generate`: where the cached decode loop samples, sample the first batch with transformers'
+        `generate` too and stop (RolloutMismatch) unless it gives the same tokens and logits within
+        GENERATE_CHECK_TOLERANCE; the outcome is kept in `generate_check`. The checks run their trainers so, to keep
+        `generate` under test in every cell."""
         self.model = copy.deepcopy(model) if copy_model else model
         self.model.eval()
         for parameter in self.model.parameters():
@@ -138,6 +152,7 @@ class HFRollout:
         self.vocab_size = config.vocab_size
         self.layer_types = list(getattr(config, "layer_types", None) or ["linear_attention"])
         self.use_cache, self.cache_error = True, None
+        self.check_against_generate, self.generate_check = check_against_generate, None
         self._own_state: dict[str, torch.Tensor] | None = None  # the engine's tensors, by state-dict name
 
     def sync_weights(self, weights) -> None:
@@ -186,17 +201,14 @@ class HFRollout:
         rows, width = prompt.shape
         sampling = temperature > 0
         processors = [RowNoise(seeds, max_new_tokens, self.vocab_size, temperature, width, device)] if sampling else []
+        prompt, prompt_mask = prompt.to(device), prompt_mask.to(device)
         if self.use_cache and cached_decode.applies_to(self.model, self.layer_types):
-            sequences, raw_logits = cached_decode.decode(self.model, prompt.to(device), prompt_mask.to(device),
-                                                         max_new_tokens, processors, self.eos_token_id,
-                                                         self.pad_token_id)
+            sequences, raw_logits = cached_decode.decode(self.model, prompt, prompt_mask, max_new_tokens, processors,
+                                                         self.eos_token_id, self.pad_token_id)
+            if self.check_against_generate:
+                self._compare_with_generate(prompt, prompt_mask, max_new_tokens, processors, sequences, raw_logits)
         else:
-            out = self._generate(
-                input_ids=prompt.to(device), attention_mask=prompt_mask.to(device), max_new_tokens=max_new_tokens,
-                min_new_tokens=0, do_sample=False, num_beams=1, logits_processor=LogitsProcessorList(processors),
-                eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id, output_logits=True,
-                return_dict_in_generate=True, temperature=None, top_p=None, top_k=None)
-            sequences, raw_logits = out.sequences, out.logits
+            sequences, raw_logits = self._hf_generate(prompt, prompt_mask, max_new_tokens, processors)
         steps = len(raw_logits)
         responses = torch.full((rows, max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
         responses[:, :steps] = sequences[:, width:width + steps]
@@ -207,13 +219,36 @@ class HFRollout:
         response_mask = self._response_mask(responses)
         responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, self.pad_token_id))
         return RolloutBatch(
-            input_ids=torch.cat([prompt.to(device), responses], dim=1),
-            attention_mask=torch.cat([prompt_mask.to(device), response_mask], dim=1),
+            input_ids=torch.cat([prompt, responses], dim=1),
+            attention_mask=torch.cat([prompt_mask, response_mask], dim=1),
             response_mask=response_mask,
             logprobs=logprobs * response_mask,
             prompt_lengths=[len(p) for p in prompt_ids],
             prompt_width=width,
         )
+
+    def _hf_generate(self, prompt, prompt_mask, max_new_tokens: int, processors) -> tuple[torch.Tensor, tuple]:
+        out = self._generate(
+            input_ids=prompt, attention_mask=prompt_mask, max_new_tokens=max_new_tokens, min_new_tokens=0,
+            do_sample=False, num_beams=1, logits_processor=LogitsProcessorList(processors),
+            eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id, output_logits=True,
+            return_dict_in_generate=True, temperature=None, top_p=None, top_k=None)
+        return out.sequences, out.logits
+
+    def _compare_with_generate(self, prompt, prompt_mask, max_new_tokens: int, processors, sequences,
+                               raw_logits) -> None:
+        """The first batch again through transformers' `generate`: the same tokens, logits within the tolerance."""
+        theirs, their_logits = self._hf_generate(prompt, prompt_mask, max_new_tokens, processors)
+        same_tokens = theirs.shape == sequences.shape and torch.equal(theirs, sequences)
+        diff = max((float((a - b).abs().max()) for a, b in zip(raw_logits, their_logits)), default=0.0) \
+            if len(raw_logits) == len(their_logits) else float("inf")
+        self.generate_check = {"same_tokens": same_tokens, "max_logit_diff": diff, "steps": len(raw_logits)}
+        if not same_tokens or diff > GENERATE_CHECK_TOLERANCE:
+            raise RolloutMismatch(
+                f"transformers' generate and the cached decode loop disagree on the first rollout batch: "
+                f"{'same' if same_tokens else 'different'} tokens ({len(their_logits)} against {len(raw_logits)} "
+                f"steps), logits differ by up to {diff:.3g} (tolerance {GENERATE_CHECK_TOLERANCE:g})")
+        self.check_against_generate = False
 
     def _response_mask(self, responses: torch.Tensor) -> torch.Tensor:
         """1 up to and including each row's first EOS, 0 after it."""
@@ -403,11 +438,14 @@ ROLLOUTS = ("hf", "vllm")
 
 
 def make_rollout(name: str, model: torch.nn.Module, model_dir: str | None = None, in_process: bool | None = None,
-                 **kwargs) -> Rollout:
+                 check: str = "off", **kwargs) -> Rollout:
     """The engine called `name`; vLLM loads `model_dir`, or a copy of `model` saved to a temporary directory,
-    inside this process or not (`in_process`, VLLMRollout)."""
+    inside this process or not (`in_process`, VLLMRollout). `check`: "generate" for HFRollout's
+    check_against_generate (hf only)."""
+    if check not in ROLLOUT_CHECKS or (check != "off" and name != "hf"):
+        raise ValueError(f"rollout check {check!r} does not apply to rollout {name!r}")
     if name == "hf":
-        return HFRollout(model, **kwargs)
+        return HFRollout(model, check_against_generate=check == "generate", **kwargs)
     if name == "vllm":
         config = getattr(model.config, "text_config", model.config)
         saved = None

@@ -237,6 +237,8 @@ def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | 
         reference_file = path.name if band_skip is None else None
     steps = options.steps or int(reference["steps"])
     args = {**reference.get("trainer_args", {}), **(trainer_args or {})}
+    if args.get("rollout", "hf") == "hf":  # keeps transformers' generate under test (trainers.rollout.HFRollout)
+        args.setdefault("rollout_check", "generate")
     if staleness is not None:
         args.update(mode="fully-async", staleness=staleness)
     work = Path(options.work_dir)

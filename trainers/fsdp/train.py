@@ -91,7 +91,8 @@ class GRPOTrainer(GRPOLoop):
         policy = self._build_model()
         # An unsharded copy, made before sharding; fully-async's engine keeps its own processes (its rollout
         # must overlap the update, not share this process with it).
-        self.rollout = make_rollout(config.rollout, policy, in_process=None if config.mode == "sync" else False)
+        self.rollout = make_rollout(config.rollout, policy, in_process=None if config.mode == "sync" else False,
+                                    check=config.rollout_check)
         shard = {"offload": config.offload, "world_size": self.world, "shard": config.shard}
         self.policy = parallelize(policy, self.plan, gradient_checkpointing=config.grad_checkpointing, **shard)
         self.sharded = isinstance(self.policy, FSDPModule)

@@ -112,7 +112,7 @@ class MegatronGRPOTrainer(GRPOLoop):
         initial = {k: v.detach().clone() for k, v in hf_model.state_dict().items()}
         self.policy = self._megatron_model(initial)
         self.policy.train()
-        self.rollout = make_rollout(config.rollout, hf_model.to(self.device))
+        self.rollout = make_rollout(config.rollout, hf_model.to(self.device), check=config.rollout_check)
         self.reference = None
         if config.kl_coef > 0:  # frozen initial policy, sharded like the policy
             self.reference = self._megatron_model(initial).eval().requires_grad_(False)
