@@ -171,6 +171,7 @@ def compare(ours: list[dict], trl: list[dict]) -> dict:
     if not reached:
         out["note"] = "no speedup to threshold: a side did not reach the threshold on every seed"
     out["target_2x_met"] = bool(out["speedup_to_threshold"] and out["speedup_to_threshold"] >= 2.0)
+    out["target_3x_met"] = bool(out["speedup_to_threshold"] and out["speedup_to_threshold"] >= 3.0)  # issue 16
     return out
 
 
