@@ -10,6 +10,9 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 torch = pytest.importorskip("torch")
+
+from qwen35_helpers import qwen35_or_skip  # noqa: E402
+
 F = torch.nn.functional
 
 from harness.checks import parity_stock  # noqa: E402
@@ -20,15 +23,6 @@ from trainers.patches.base import resolve  # noqa: E402
 
 pytestmark = pytest.mark.versions
 FP32 = {"float32": TOLERANCES["float32"]}
-
-
-def _qwen35_or_skip():
-    from trainers.models import Qwen35Unavailable, build_config
-
-    try:
-        build_config("text")
-    except Qwen35Unavailable as exc:
-        pytest.skip(str(exc))
 
 
 def _patch(name: str):
@@ -90,7 +84,7 @@ def test_calls_the_rewrite_does_not_cover_go_to_the_stock_function():
 
 @pytest.mark.parametrize("name", [p.name for p in causal_conv.PATCHES])
 def test_a_model_built_under_the_patch_matches_stock(name):
-    _qwen35_or_skip()
+    qwen35_or_skip()
     verdict = parity_stock.compare_patch(_patch(name), models=None, tolerances=TOLERANCES, seed=0)
     assert verdict.status is Status.PASS, verdict
     kind = "moe" if name.endswith("_moe") else "text"
@@ -121,7 +115,7 @@ def _drop_last_tap(make):
 @pytest.mark.parametrize("name, probe", [("causal-conv1d:qwen3_5", "train"),
                                          ("causal-conv1d-update:qwen3_5", "decode")])
 def test_a_conv_that_drops_a_tap_fails_parity(name, probe):
-    _qwen35_or_skip()
+    qwen35_or_skip()
     real = _patch(name)
     broken = causal_conv.CausalConvPatch(name=name, target=real.target, replacement=None,
                                          make=_drop_last_tap(real.make), versions=SpecifierSet(">=5.2"))
@@ -132,7 +126,7 @@ def test_a_conv_that_drops_a_tap_fails_parity(name, probe):
 
 
 def test_the_trainer_applies_the_conv_patches_and_removes_them():
-    _qwen35_or_skip()
+    qwen35_or_skip()
     owners = {p.name: resolve(p.target) for p in causal_conv.PATCHES}
     stock = {name: getattr(owner, attr) for name, (owner, attr) in owners.items()}
     applied = training.apply_for("cpu")
@@ -145,7 +139,7 @@ def test_the_trainer_applies_the_conv_patches_and_removes_them():
 
 
 def test_not_applicable_where_causal_conv1d_is_installed(monkeypatch):
-    _qwen35_or_skip()
+    qwen35_or_skip()
     real_find_spec = causal_conv.importlib.util.find_spec
     monkeypatch.setattr(causal_conv.importlib.util, "find_spec",
                         lambda name, *a: object() if name == "causal_conv1d" else real_find_spec(name, *a))

@@ -12,6 +12,8 @@ from packaging.specifiers import SpecifierSet
 
 torch = pytest.importorskip("torch")
 
+from qwen35_helpers import qwen35_or_skip  # noqa: E402
+
 from harness.checks import parity_stock  # noqa: E402
 from harness.checks.patch_parity import TOLERANCES  # noqa: E402
 from harness.results.records import Status  # noqa: E402
@@ -23,12 +25,7 @@ FP32 = {"float32": TOLERANCES["float32"]}
 
 
 def _stock_rule():
-    from trainers.models import Qwen35Unavailable, build_config
-
-    try:
-        build_config("text")
-    except Qwen35Unavailable as exc:
-        pytest.skip(str(exc))
+    qwen35_or_skip()
     patch = gated_delta_step.PATCHES[0]
     owner, attr = resolve(patch.target)
     return getattr(owner, attr)

@@ -10,6 +10,8 @@ from packaging.specifiers import SpecifierSet
 
 torch = pytest.importorskip("torch")
 
+from qwen35_helpers import qwen35_or_skip  # noqa: E402
+
 from harness.checks import parity_chunk, parity_stock  # noqa: E402
 from harness.checks.patch_parity import TOLERANCES  # noqa: E402
 from harness.results.records import Status  # noqa: E402
@@ -20,15 +22,6 @@ from trainers.patches.base import DelegatingPatch, resolve  # noqa: E402
 
 FP32 = {"float32": TOLERANCES["float32"]}
 RULE = "transformers.models.qwen3_5.modeling_qwen3_5:torch_chunk_gated_delta_rule"
-
-
-def _qwen35_or_skip():
-    from trainers.models import Qwen35Unavailable, build_config
-
-    try:
-        build_config("text")
-    except Qwen35Unavailable as exc:
-        pytest.skip(str(exc))
 
 
 @pytest.mark.parametrize("length, chunk", [(1, 16), (14, 16), (16, 16), (17, 32), (33, 64), (64, 64), (500, 64)])
@@ -50,7 +43,7 @@ def test_fitted_rule_passes_the_fitted_chunk_to_the_stock_rule():
 
 
 def test_fitted_chunk_matches_the_stock_rule():
-    _qwen35_or_skip()
+    qwen35_or_skip()
     patch = next(p for p in gated_delta_chunk.PATCHES if p.name.endswith(":qwen3_5"))
     verdict = parity_stock.compare_patch(patch, models=None, tolerances=FP32, seed=0)
     assert verdict.status is Status.PASS, verdict
@@ -68,7 +61,7 @@ def _without_decay(stock):
 
 
 def test_a_broken_chunk_rule_fails_parity():
-    _qwen35_or_skip()
+    qwen35_or_skip()
     broken = DelegatingPatch(name="gated-delta-chunk:broken", target=RULE, replacement=None, make=_without_decay,
                              versions=SpecifierSet(">=5.2"))
     verdict = parity_stock.compare_patch(broken, models=None, tolerances=FP32, seed=0)
@@ -78,7 +71,7 @@ def test_a_broken_chunk_rule_fails_parity():
 
 
 def test_a_broken_one_chunk_form_fails_parity(monkeypatch):
-    _qwen35_or_skip()
+    qwen35_or_skip()
     right = gated_delta_chunk.one_chunk_rule
     monkeypatch.setattr(gated_delta_chunk, "one_chunk_rule",
                         lambda query, key, value, g, beta, *args: right(query, key, value, g * 0, beta, *args))
@@ -90,7 +83,7 @@ def test_a_broken_one_chunk_form_fails_parity(monkeypatch):
 
 
 def test_training_patch_set_per_device_applies_and_removes_cleanly():
-    _qwen35_or_skip()
+    qwen35_or_skip()
     owner, attr = resolve(RULE)
     stock = getattr(owner, attr)
     cpu = training.apply_for("cpu")

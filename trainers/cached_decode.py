@@ -23,6 +23,7 @@ from the images) goes through `generate`.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 
@@ -43,9 +44,10 @@ def applies_to(model: torch.nn.Module, layer_types: Sequence[str]) -> bool:
     return config is None or set(config.to_diff_dict()) <= PLAIN_GENERATION_KEYS
 
 
-def _takes_cache_position(model: torch.nn.Module) -> bool:
-    base = getattr(model, "model", model)
-    return "cache_position" in inspect.signature(type(base).forward).parameters
+@functools.cache
+def _takes_cache_position(base_class: type) -> bool:
+    """Whether the decoder's forward takes `cache_position` (5.3 does, 5.23 not): asked once per class."""
+    return "cache_position" in inspect.signature(base_class.forward).parameters
 
 
 def decode(model: torch.nn.Module, prompt: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int,
@@ -54,7 +56,7 @@ def decode(model: torch.nn.Module, prompt: torch.Tensor, prompt_mask: torch.Tens
     """(prompt and sampled tokens (rows, width + steps), the raw float32 logits of each step), as
     `generate(..., do_sample=False, logits_processor=processors, output_logits=True)` returns them."""
     rows, width = prompt.shape
-    positions = _takes_cache_position(model)
+    positions = _takes_cache_position(type(getattr(model, "model", model)))
     sequences, mask, logits_steps = prompt, prompt_mask, []
     unfinished = torch.ones(rows, dtype=torch.bool, device=prompt.device)
     extra = {"cache_position": torch.arange(width, device=prompt.device)} if positions else {}

@@ -66,10 +66,10 @@ def _probes(patch: Patch) -> tuple[Probe, Probe]:
 
 # patch-name prefix -> a comparison of its own, for targets that are compared outside a model.
 RULE_COMPARISONS = {"gated-delta-chunk": compare_rule}
-# patch-name prefix -> a comparison of models built with and without the patch (targets bound at build). The
-# fitted chunk has both: its rule on lengths around the chunk sizes, and the model (grouped value heads, prefill).
-BUILT_COMPARISONS = {"causal-conv1d": compare_built, "causal-conv1d-update": compare_built,
-                     "gated-delta-step": compare_built, "gated-delta-chunk": compare_built}
+# patch-name prefixes compared on models built with and without the patch (targets bound at build,
+# parity_built.compare_built). The fitted chunk has both: its rule on lengths around the chunk sizes, and the
+# model (grouped value heads, prefill).
+BUILT_PREFIXES = {"causal-conv1d", "causal-conv1d-update", "gated-delta-step", "gated-delta-chunk"}
 
 
 def _together(verdicts: list[Verdict]) -> Verdict:
@@ -85,9 +85,9 @@ def compare_patch(patch: Patch, models: Models, tolerances: dict[str, Tolerance]
                   kinds=None) -> Verdict:
     """One verdict per patch: every (model kind it touches) x (dtype) cell within tolerance."""
     prefix = patch.name.split(":")[0]
-    own = [compare(patch, tolerances, seed) for compare in (RULE_COMPARISONS.get(prefix),) if compare]
-    own += [compare(patch, tolerances, seed, models.overrides if models is not None else None)
-            for compare in (BUILT_COMPARISONS.get(prefix),) if compare]
+    own = [RULE_COMPARISONS[prefix](patch, tolerances, seed)] if prefix in RULE_COMPARISONS else []
+    if prefix in BUILT_PREFIXES:
+        own.append(compare_built(patch, tolerances, seed, models.overrides if models is not None else None))
     if own:
         return _together(own)
     name = f"patched-vs-stock:{patch.name}"

@@ -44,7 +44,7 @@ def fitted_chunk_size(sequence_length: int, stock: int = STOCK_CHUNK) -> int:
     return min(size, stock)
 
 
-def _l2norm(x: torch.Tensor) -> torch.Tensor:
+def l2norm(x: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)  # transformers' l2norm, eps 1e-6
 
 
@@ -64,7 +64,7 @@ def one_chunk_rule(query, key, value, g, beta, output_final_state: bool = False,
     q, k, v = (x.transpose(1, 2) for x in (q, k, value.float()))  # (batch, heads, length, dim)
     beta, decay = beta.float().transpose(1, 2)[..., None], g.float().transpose(1, 2).cumsum(-1)
     if use_qk_l2norm_in_kernel:
-        q, k = _l2norm(q), _l2norm(k)
+        q, k = l2norm(q), l2norm(k)
     q = q * key_dim ** -0.5
     length = q.shape[2]
     later = torch.ones(length, length, dtype=torch.bool, device=q.device).triu(1)

@@ -22,11 +22,7 @@ import torch
 from packaging.specifiers import SpecifierSet
 
 from .base import Patch
-from .gated_delta_chunk import TorchGatedDeltaPatch
-
-
-def _l2norm(x: torch.Tensor) -> torch.Tensor:
-    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)  # transformers' l2norm, eps 1e-6
+from .gated_delta_chunk import TorchGatedDeltaPatch, l2norm
 
 
 def make_decode_step(stock: Callable[..., Any]) -> Callable[..., Any]:
@@ -39,7 +35,7 @@ def make_decode_step(stock: Callable[..., Any]) -> Callable[..., Any]:
                          **kwargs)
         q, k = query[:, 0], key[:, 0]  # (batch, key heads, key dim): the one token
         if use_qk_l2norm_in_kernel:
-            q, k = _l2norm(q), _l2norm(k)
+            q, k = l2norm(q), l2norm(k)
         heads = value.shape[2]
         if k.shape[1] != heads:  # grouped value heads: each key head serves consecutive value heads
             q, k = q.repeat_interleave(heads // k.shape[1], dim=1), k.repeat_interleave(heads // k.shape[1], dim=1)
