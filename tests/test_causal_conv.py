@@ -35,9 +35,13 @@ def _reference_conv(x, weight, bias):
 
 @pytest.mark.parametrize("length", [1, 3, 4, 14])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_rewrite_equals_the_depthwise_convolution_forward_and_backward(length, with_bias):
+@pytest.mark.parametrize("layer_layout", [False, True])
+def test_rewrite_equals_the_depthwise_convolution_forward_and_backward(length, with_bias, layer_layout):
     gen = torch.Generator().manual_seed(length)
-    x = torch.randn(3, 10, length, generator=gen, requires_grad=True)
+    if layer_layout:  # as the Gated DeltaNet layer hands it in: its (batch, length, channels) projection, transposed
+        x = torch.randn(3, length, 10, generator=gen).transpose(1, 2).requires_grad_()
+    else:
+        x = torch.randn(3, 10, length, generator=gen, requires_grad=True)
     weight = torch.randn(10, 4, generator=gen, requires_grad=True)
     bias = torch.randn(10, generator=gen, requires_grad=True) if with_bias else None
     leaves = [t for t in (x, weight, bias) if t is not None]
@@ -49,19 +53,21 @@ def test_rewrite_equals_the_depthwise_convolution_forward_and_backward(length, w
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     for g, w in zip(got_grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    assert got.transpose(1, 2).is_contiguous(), "the layer's transpose back would copy: not computed time-major"
 
 
-def test_update_shifts_the_state_and_equals_the_convolution_over_it():
+@pytest.mark.parametrize("length", [1, 3])
+def test_update_shifts_the_state_and_equals_the_convolution_over_it(length):
     gen = torch.Generator().manual_seed(1)
     state = torch.randn(2, 6, 4, generator=gen)
-    x = torch.randn(2, 6, 1, generator=gen)
+    x = torch.randn(2, 6, length, generator=gen)
     weight = torch.randn(6, 4, generator=gen)
     joined = torch.cat([state, x], -1)
-    want = F.silu(F.conv1d(joined, weight.unsqueeze(1), groups=6)[..., -1:])
+    want = F.silu(F.conv1d(joined, weight.unsqueeze(1), groups=6)[..., -length:])
     update = causal_conv.make_conv_update(None)  # 5.2-5.9: the slot is empty, SiLU always
     got = update(x, state, weight, None, "silu")
     torch.testing.assert_close(got, want)
-    assert torch.equal(state, joined[..., 1:])
+    assert torch.equal(state, joined[..., -4:])
 
 
 def test_calls_the_rewrite_does_not_cover_go_to_the_stock_function():

@@ -150,6 +150,52 @@ def test_the_cached_decode_loop_gives_generates_tokens_and_logprobs(kind, temper
         assert bool((ours.response_mask == 0).any()), "no row ended early: the EOS rule was not exercised"
 
 
+@pytest.mark.versions  # the cache's reorder differs by release (one cache class in 5.2-5.3, layers from 5.5)
+@pytest.mark.parametrize("kind", ["text", "moe"])
+def test_rows_of_one_prompt_are_prefilled_once_and_decode_as_generate_does(kind, monkeypatch):
+    from trainers import cached_decode
+
+    model = _model(kind)
+    base = make_task("target-set").prompts(3, random.Random(3))
+    base[1] = base[1][:2]  # one group left-padded
+    prompts = [p for p in base for _ in range(4)]  # GRPO's layout: each prompt's group of rows together
+    engine = HFRollout(model)
+    batch_rows = []
+    engine.model.register_forward_pre_hook(lambda _, args, kwargs: batch_rows.append(len(kwargs["input_ids"])),
+                                           with_kwargs=True)
+    shared = engine.generate(prompts, max_new_tokens=6, temperature=1.0, seed=4)
+    assert batch_rows[0] == 3 and set(batch_rows[1:]) == {12}, batch_rows  # prefill per prompt, decode per row
+    monkeypatch.setattr(cached_decode, "prompt_groups", lambda prompt, mask: ([], None))
+    per_row = engine.generate(prompts, max_new_tokens=6, temperature=1.0, seed=4)
+    engine.layer_types = ["full_attention"]  # not a model the loop applies to: generate itself
+    theirs = engine.generate(prompts, max_new_tokens=6, temperature=1.0, seed=4)
+    for other in (per_row, theirs):
+        assert torch.equal(shared.input_ids, other.input_ids)
+        torch.testing.assert_close(shared.logprobs, other.logprobs, rtol=0, atol=2e-6)
+
+
+def test_prompt_groups_need_the_same_tokens_and_mask():
+    from trainers.cached_decode import prompt_groups
+
+    prompt = torch.tensor([[0, 5, 6], [1, 2, 3], [0, 5, 6], [0, 5, 6]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1], [0, 1, 1], [1, 1, 1]])  # row 3: the same tokens, its pad id is a token
+    first_rows, expand = prompt_groups(prompt, mask)
+    assert first_rows == [0, 1, 3] and expand.tolist() == [0, 1, 0, 2]
+    assert prompt_groups(prompt[:2], mask[:2]) == ([], None)  # nothing shared: every row prefilled as before
+
+
+def test_a_cache_expanded_to_the_wrong_rows_stops_the_run(monkeypatch):
+    from trainers import cached_decode
+    from trainers.rollout import RolloutMismatch
+
+    real = cached_decode.expand_cache
+    monkeypatch.setattr(cached_decode, "expand_cache", lambda cache, expand: real(cache, expand.roll(1)))
+    engine = make_rollout("hf", _model("text"), check="generate")
+    prompts = [p for p in make_task("target-set").prompts(3, random.Random(3)) for _ in range(4)]
+    with pytest.raises(RolloutMismatch, match="disagree on the first rollout batch"):
+        engine.generate(prompts, max_new_tokens=6, temperature=1.0, seed=4)
+
+
 def test_the_cached_decode_loop_leaves_the_vl_model_and_custom_generation_configs_to_generate():
     from trainers import cached_decode
 

@@ -16,6 +16,13 @@ rounding (CPU kernels round the last bit by where their buffers land, which any 
 before a forward moves: a plain forward of generate's own inputs differs from generate's by one
 unit in the last place on some rows until the inputs are copied first).
 
+Rows with the same prompt (a GRPO group: every row of it has the same padded prompt and mask) are prefilled once
+and the cache is then expanded to every row by the cache's own `reorder_cache`, the index_select of beam search.
+It is the one expansion that reaches the linear-attention states on every release this runs on: 5.2 and 5.3's
+`Qwen3_5DynamicCache.reorder_cache` selects key, value, conv and recurrent states; from 5.5 `Cache.reorder_cache`
+asks each layer, and the linear-attention layers define it (`batch_repeat_interleave`, what `generate` uses for
+`num_return_sequences`, calls a method those layers lack). The decode steps then run on all rows, as before.
+
 `applies_to(model)` limits it to what that equality was shown for: the text and MoE causal LMs of
 Qwen3.5 with linear-attention layers (their cache), and a generation config that adds no logits
 processor of its own; anything else (the vision-language model, whose positions generate computes
@@ -60,9 +67,16 @@ def decode(model: torch.nn.Module, prompt: torch.Tensor, prompt_mask: torch.Tens
     sequences, mask, logits_steps = prompt, prompt_mask, []
     unfinished = torch.ones(rows, dtype=torch.bool, device=prompt.device)
     extra = {"cache_position": torch.arange(width, device=prompt.device)} if positions else {}
-    out = model(input_ids=prompt, attention_mask=mask, use_cache=True, return_dict=True, **extra)
+    distinct, expand = prompt_groups(prompt, prompt_mask)
+    if expand is None:
+        out = model(input_ids=prompt, attention_mask=mask, use_cache=True, return_dict=True, **extra)
+        last, cache = out.logits[:, -1], out.past_key_values
+    else:
+        out = model(input_ids=prompt[distinct], attention_mask=mask[distinct], use_cache=True, return_dict=True,
+                    **extra)
+        last, cache = out.logits[:, -1][expand], expand_cache(out.past_key_values, expand)
     for step in range(max_new_tokens):
-        logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
+        logits = last.to(copy=True, dtype=torch.float32)
         logits_steps.append(logits)
         scores = logits
         for processor in processors:
@@ -75,6 +89,29 @@ def decode(model: torch.nn.Module, prompt: torch.Tensor, prompt_mask: torch.Tens
             break
         mask = torch.cat([mask, mask.new_ones((rows, 1))], dim=-1)
         extra = {"cache_position": torch.tensor([width + step], device=prompt.device)} if positions else {}
-        out = model(input_ids=tokens[:, None], attention_mask=mask, past_key_values=out.past_key_values,
-                    use_cache=True, return_dict=True, **extra)
+        out = model(input_ids=tokens[:, None], attention_mask=mask, past_key_values=cache, use_cache=True,
+                    return_dict=True, **extra)
+        last, cache = out.logits[:, -1], out.past_key_values
     return sequences, logits_steps
+
+
+def prompt_groups(prompt: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[list[int], torch.Tensor | None]:
+    """(the first row of each distinct padded prompt, each row's index among them), or ([], None) when no two rows
+    share a prompt. Rows count as the same only with the same tokens and the same mask."""
+    seen: dict[tuple, int] = {}
+    first_rows: list[int] = []
+    groups = []
+    for row, key in enumerate(zip(map(tuple, prompt.tolist()), map(tuple, prompt_mask.tolist()))):
+        if key not in seen:
+            seen[key] = len(first_rows)
+            first_rows.append(row)
+        groups.append(seen[key])
+    if len(first_rows) == len(groups):
+        return [], None
+    return first_rows, torch.tensor(groups, device=prompt.device)
+
+
+def expand_cache(cache, expand: torch.Tensor):
+    """The prefilled cache of the distinct prompts, as the cache of every row (row i takes state `expand[i]`)."""
+    cache.reorder_cache(expand)
+    return cache
