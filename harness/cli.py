@@ -228,15 +228,12 @@ def cmd_run(args) -> int:
         index.check_releases(wanted, m.locate)
     out = args.out or Path("reports") / m.name
     chosen = budget = None
-    if jobs is None and args.ray is None:
+    if args.ray is None:  # on Ray the dispatcher places cells on the cluster's resources
         from harness.execution import jobs as job_choice
 
         visible = {device: devices.visible_devices(device)
                    for device in sorted({c.axes.get("device", "cpu") for c in cells} - {"cpu"})}
-        jobs, why = job_choice.auto_jobs(cells, devices=visible)
-        chosen = f"jobs: up to {jobs} cells at once ({why})"
-        budget = job_choice.Budget(job_choice.usable_cores(), job_choice.available_memory_mb(), runner.STOPPING,
-                                   devices=visible)
+        jobs, budget, chosen = job_choice.plan(cells, jobs, visible, runner.STOPPING)
     opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=jobs or 1, redo=args.redo,
                       checks=tuple(args.checks or ()), seed=args.seed, steps=args.steps, timeout=args.timeout,
                       retries=args.retries, reuse=not args.no_reuse, fork=not args.no_fork, budget=budget)

@@ -293,6 +293,34 @@ def test_the_budget_hands_each_cell_its_own_devices_and_takes_them_back():
         assert held == ["3"]
 
 
+def test_a_number_of_jobs_still_gives_each_accelerator_cell_its_own_devices():
+    four = {"cuda": ["0", "1", "2", "3"]}
+    cells = [_cell(device="cuda")] * 4
+    picked, budget, why = jobs.plan(cells, 3, four)
+    assert picked == 3 and "each holding 2 of the visible devices (4 cuda)" in why
+    gpu = jobs.cell_cost(cells[0])
+    first, second = budget.hold(gpu), budget.hold(gpu)
+    assert sorted(first.__enter__() + second.__enter__()) == four["cuda"]
+    got = []
+    third = threading.Thread(target=lambda: got.append(budget.hold(gpu).__enter__()))
+    third.start()
+    third.join(timeout=1.5)
+    assert third.is_alive() and got == []  # three asked for, devices for two: the third waits for its own
+    second.__exit__(None, None, None)
+    third.join(timeout=5)
+    assert len(got) == 1 and len(got[0]) == 2
+    # The number, not the cores, limits the cells: two 2-core Megatron cells hold their devices side by side.
+    _, budget, _ = jobs.plan([_cell("megatron", device="cuda")] * 2, 2, four)
+    megatron = jobs.cell_cost(_cell("megatron", device="cuda"))
+    with budget.hold(megatron) as a, budget.hold(megatron) as b:
+        assert not set(a) & set(b)
+    # On the CPU, or where the devices are unknown, the number alone, as before.
+    assert jobs.plan([_cell()] * 4, 3, {}) == (3, None, None)
+    assert jobs.plan(cells, 3, {"cuda": None}) == (3, None, None)
+    picked, budget, why = jobs.plan(cells, None, four)  # auto: cores, memory and devices
+    assert why.startswith("jobs: up to") and budget is not None
+
+
 def test_a_cells_checks_see_only_the_devices_it_holds(monkeypatch, tmp_path):
     from harness.execution import run as run_module
     from harness.matrix import Cell

@@ -17,7 +17,8 @@ cores (`ON_ACCELERATOR`). Cells start in `start_order`: those that need the most
 On an accelerator a cell also holds devices: `DEVICES_PER_CELL`, the most ranks one of its checks starts at
 once. The budget hands it that many of the runner's visible devices (envs/devices.visible_devices), and the
 cell's checks see only those (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES), so two cells never share a
-device, and an 8-device runner runs four cells at once where its cores and memory allow.
+device, and an 8-device runner runs four cells at once where its cores and memory allow. An explicit
+`--jobs N` shares the devices the same way (`plan`): N decides the cores and memory, not the devices.
 """
 from __future__ import annotations
 
@@ -176,3 +177,24 @@ class Budget:
                 if count:
                     self._free_devices[cost.device_type].extend(held)
                 self._changed.notify_all()
+
+
+def plan(cells, jobs: int | None, devices: dict[str, list[str] | None],
+         stopping: threading.Event | None = None) -> tuple[int, Budget | None, str | None]:
+    """(cells at once, the budget they share or None, the line that says why or None) for `--jobs`.
+
+    auto (None): from cores, memory and devices (`auto_jobs`). A number is the user's call on cores and memory,
+    but on an accelerator the cells still share the visible devices through a budget of devices alone, so two
+    cells never share a device whatever the number: with fewer devices than the number asks, cells wait for
+    theirs. Where a type's devices are unknown they are shared, as before."""
+    if jobs is None:
+        jobs, why = auto_jobs(cells, devices=devices)
+        budget = Budget(usable_cores(), available_memory_mb(), stopping, devices=devices)
+        return jobs, budget, f"jobs: up to {jobs} cells at once ({why})"
+    known = {device: ids for device, ids in devices.items() if ids}
+    if not known:
+        return jobs, None, None
+    heaviest = max((cell_cost(cell).cores for cell in cells), default=1)  # cores never the limit here
+    visible = ", ".join(f"{len(ids)} {device}" for device, ids in sorted(known.items()))
+    why = f"jobs: up to {jobs} cells at once, each holding {DEVICES_PER_CELL} of the visible devices ({visible})"
+    return jobs, Budget(jobs * heaviest, None, stopping, devices=known), why
