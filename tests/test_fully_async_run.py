@@ -21,13 +21,16 @@ def _train(tmp_path, name, *args, steps=4):
 
 @pytest.mark.slow
 def test_staleness_is_bounded_and_recorded(tmp_path):
-    records = _train(tmp_path, "k2", "--mode", "fully-async", "--staleness", "2")
+    records = _train(tmp_path, "k2", "--mode", "fully-async", "--staleness", "2", "--rollout-check", "generate")
     assert [r["weight_version"] for r in records] == [0, 0, 0, 1]
     assert [r["staleness"] for r in records] == [0, 1, 2, 2]
     assert all(r["queue_max_depth"] <= r["queue_capacity"] == 2 for r in records)
     assert 0.0 <= records[-1]["overlap_fraction"] <= min(records[-1]["rollout_busy_fraction"],
                                                           records[-1]["update_busy_fraction"])
     assert records[0]["producer_patches"]  # the producer reported what it runs with
+    # The producer's engine compared its first batch with transformers' generate, and the first update says so.
+    assert records[0]["rollout_check"]["same_tokens"] and records[0]["rollout_check"]["max_logit_diff"] < 1e-4
+    assert all("rollout_check" not in r for r in records[1:])
 
 
 @pytest.mark.slow

@@ -170,11 +170,15 @@ class GRPOLoop:
                   **stats, "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,
                   "sync_seconds": sync_seconds, "rank": self.rank, "world_size": self.world,
                   **self.backend_record(step)}
-        check = getattr(self.rollout, "generate_check", None)
-        if step == 0 and check is not None:  # the engine's one comparison with generate, made in this step
-            record["rollout_check"] = check
+        record.update(self.rollout_check_record(step))
         self.writer.write(record)
         return record
+
+    def rollout_check_record(self, step: int) -> dict:
+        """The engine's one comparison with `generate` (HFRollout, `rollout_check`), for the first update's record:
+        it is made on the first batch, which every mode samples before its first update."""
+        check = getattr(self.rollout, "generate_check", None)
+        return {"rollout_check": check} if step == 0 and check is not None else {}
 
     def train(self) -> list[dict]:
         if self.config.mode == "fully-async":  # rollout overlapping the update: trainers/fully_async

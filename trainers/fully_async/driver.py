@@ -110,6 +110,7 @@ def _one_update(trainer, step, samples, publisher, producer, clock, producer_pat
               **trainer.backend_record(step)}
     if step == 0:
         record["producer_patches"] = producer_patches
+    record.update(trainer.rollout_check_record(step))
     trainer.writer.write(record)
     return record
 
