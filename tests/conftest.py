@@ -7,6 +7,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 RESOURCES = Path(__file__).resolve().parent / "resources"
 sys.path.insert(0, str(ROOT))
+# the shared test helpers (plan_helpers, qwen35_helpers, report_helpers), importable from any test folder
+sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Rollout throughput: the Hugging Face engine (the trainers' default) against vLLM, same model, prompts and
 lengths, one CPU thread each (`nox -s bench -- --rollout`). For Qwen3.5's text model the HF engine decodes
-over the model's own cache with the inputs `generate` gives it (trainers/cached_decode.py), not through
+over the model's own cache with the inputs `generate` gives it (trainers/rollout/cached_decode.py), not through
 `generate`; the figures name the path it took (`hf_engine.loop`).
 
     python -m harness.benchmarks.rollout --out FIGURES.json     # builds the CPU matrix's vllm-dev cell
@@ -46,10 +46,9 @@ def _measure(rollout, prompts: list[list[int]], new_tokens: int, repeats: int) -
 def worker(rows: int, prompt_len: int, new_tokens: int, repeats: int) -> dict:
     import torch
 
-    from harness.checks import vllm_engine
-    from trainers import cached_decode
+    from harness.checks.support import vllm_engine
     from trainers.models import build_model
-    from trainers.rollout import HFRollout, make_rollout
+    from trainers.rollout import HFRollout, cached_decode, make_rollout
 
     torch.set_num_threads(1)
     rng = random.Random(0)

@@ -51,7 +51,7 @@ def build_tokenizer(vocab_size: int = 128):
 
 
 def step_prompts(task, seed: int, steps: int, batch_prompts: int) -> list[list[int]]:
-    """The prompts our trainer draws at each step (trainers.grpo_loop.GRPOLoop._prompts), in order."""
+    """The prompts our trainer draws at each step (trainers.grpo.loop.GRPOLoop._prompts), in order."""
     prompts = []
     for step in range(steps):
         prompts += task.prompts(batch_prompts, random.Random(seed * 1_000_003 + step))
@@ -79,9 +79,9 @@ def run(settings: dict, metrics: Path, work: Path) -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainers.device import cpu_trainer_settings
+    from trainers.grpo.tasks import make_task
     from trainers.models import build_model
-    from trainers.tasks import make_task
+    from trainers.runtime.device import cpu_trainer_settings
 
     from .grpo import StepClock
 

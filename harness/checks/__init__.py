@@ -47,7 +47,7 @@ CHECKS: dict[str, CheckSpec] = {
         CheckSpec("vllm-rollout", "harness.checks.vllm_rollout",
                   "the cell's vLLM loads Qwen3.5; its log-probs and greedy tokens match the trainer's, also after a "
                   "GRPO update and a weight sync", timeout=900),
-        CheckSpec("vllm-chat-parity", "harness.checks.vllm_chat",
+        CheckSpec("vllm-chat-parity", "harness.checks.vllm_chat_parity",
                   "the trainer's tool-call parser and chat-template fallback agree with vLLM's parser and the "
                   "tokenizer's template", timeout=300),
     )

@@ -50,7 +50,7 @@ def _judge(plan, verdict: str, reasons: str) -> tuple[Status, str]:
 def run(options: CheckOptions) -> CheckResult:
     from harness.plans.plan_format import load_plan
     from harness.plans.verdict import evaluate
-    from trainers.device import set_cpu_threads
+    from trainers.runtime.device import set_cpu_threads
 
     set_cpu_threads()
     verdicts = []

@@ -17,8 +17,8 @@ NAME = "stack-smoke"
 def run(options: CheckOptions) -> CheckResult:
     import torch
 
-    from trainers.device import set_cpu_threads
     from trainers.models import Qwen35Unavailable, build_model
+    from trainers.runtime.device import set_cpu_threads
 
     set_cpu_threads()
     try:

@@ -22,7 +22,7 @@ from harness import checks
 from harness.errors import EnvironmentMissing
 from harness.results import records
 from harness.results.records import CellResult, CheckResult, Status, combine_checks, kept_results, load_cell
-from trainers import determinism
+from trainers.runtime import determinism
 
 from . import pipconfig
 from .cellenv import PROJECT_ROOT, tail
@@ -35,7 +35,7 @@ NPU_NODES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 NPU_MOUNTS = ("/usr/local/dcmi", "/usr/local/bin/npu-smi", "/usr/local/Ascend/driver/lib64",
               "/usr/local/Ascend/driver/version.info", "/etc/ascend_install.info")
 # What a user exported reaches the run inside: the harness's own settings, device selection, and every
-# determinism variable (trainers/determinism.py decides them; an exported value wins there too).
+# determinism variable (trainers/runtime/determinism.py decides them; an exported value wins there too).
 FORWARD = ("HARNESS_EXTRA_CHECKS", "HARNESS_DEBUG", "HARNESS_INDEX_URL", "CUDA_VISIBLE_DEVICES",
            "ASCEND_RT_VISIBLE_DEVICES", *dict.fromkeys(k for env in determinism.ENVIRONMENT.values() for k in env))
 UV_PATHS = ("UV_FIND_LINKS", "UV_CONSTRAINT", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_INDEX", "UV_EXTRA_INDEX_URL")

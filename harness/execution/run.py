@@ -35,7 +35,7 @@ from harness.results.records import (
     write_json_atomic,
     write_text_atomic,
 )
-from trainers import determinism
+from trainers.runtime import determinism
 
 from . import loaded, runner
 from .forkclient import CheckProcesses

@@ -31,7 +31,7 @@ HOSTILE_MESSAGES = [
     "see https://evil.example/phish or www.evil.example",
     "bidi \u202eevil\u202c and \x00\x1b[31mansi\x1b[0m",
     '"quotes" \'single\' onmouseover=alert(3)',
-    # Would change the page's title and set a global if a browser ran it (tests/test_browser.py looks).
+    # Would change the page's title and set a global if a browser ran it (tests/e2e/test_browser.py looks).
     "<script>window.pwned=1;document.title='pwned'</script>",
     '<img src=x onerror="window.pwned=2;document.title=\'pwned\'"><svg onload="window.pwned=3">',
 ]

@@ -1,4 +1,4 @@
-"""The FSDP GRPO trainer's options: the shared GRPO keys (trainers/grpo_config.py) plus sharding.
+"""The FSDP GRPO trainer's options: the shared GRPO keys (trainers/grpo/config.py) plus sharding.
 
 Defaults < a JSON or TOML file (`--config FILE`, same keys as the flags, with `_` or `-`)
 < command-line flags. An unknown key in the file is an error that names it.
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import grpo_config
+from trainers.grpo import config as grpo_config
+
 from .parallelize import SHARD_POLICIES
 
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from ..device import DevicePlan
+from trainers.runtime.device import DevicePlan
 
 
 def block_classes(model: nn.Module) -> set[str]:

@@ -1,4 +1,4 @@
-"""The FSDP2 backend of the GRPO loop (trainers/grpo_loop.py): build, shard, log-probs, step, export.
+"""The FSDP2 backend of the GRPO loop (trainers/grpo/loop.py): build, shard, log-probs, step, export.
 
 Every rank is a data-parallel rank. Each samples its share with its own rollout engine, which
 holds an unsharded copy of the policy (as a colocated vLLM would). The FSDP2-sharded policy
@@ -20,15 +20,16 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
 
-from .. import determinism
-from ..device import DevicePlan, cpu_trainer_settings
-from ..device import plan as device_plan
-from ..grpo_loop import GRPOLoop
+from trainers.grpo.loop import GRPOLoop
+from trainers.grpo.tasks import make_task
+from trainers.runtime import determinism
+from trainers.runtime.device import DevicePlan, cpu_trainer_settings
+from trainers.runtime.device import plan as device_plan
+
 from ..models import build_model
 from ..patches import training as training_patches
 from ..patches.fused_logprob import IGNORE_INDEX, logprobs_and_entropy
 from ..rollout import RolloutBatch, make_rollout, positions_from_mask
-from ..tasks import make_task
 from .config import TrainConfig
 from .parallelize import parallelize
 

@@ -1,7 +1,7 @@
 """Fully-async GRPO: rollout keeps generating while the trainer updates, with bounded staleness.
 
 Drives either trainer (FSDP2 or Megatron-core) through the GRPO loop they share
-(trainers/grpo_loop.py) only: `rollout_step(step)`, `update(batch, advantages)`, `export_weights()`
+(trainers/grpo/loop.py) only: `rollout_step(step)`, `update(batch, advantages)`, `export_weights()`
 (the state the engine takes), `backend_record(step)`, `rollout` (the engine), `loss_config`,
 `config`, `patches` (when the backend has a patch set).
 

@@ -4,7 +4,7 @@ Staleness rule (the README's "Fully-async mode"): batch i is generated with weig
 max(0, i - K), and the update that consumes it runs at version i, so every sample is exactly
 min(i, K) versions old. Stale samples are *corrected*, not dropped: the loss weighs each token
 by the truncated importance ratio min(pi_old / pi_behaviour, tis_cap) against the log-probs the
-engine reported (trainers/grpo.py). A sample older than K cannot arise from the schedule; one
+engine reported (trainers/grpo/objective.py). A sample older than K cannot arise from the schedule; one
 that does is an error (StalenessExceeded), never a silent drop.
 
 Every rank runs one producer for its share; collectives (update, weight export, metrics) stay on

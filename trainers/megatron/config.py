@@ -1,4 +1,4 @@
-"""The Megatron GRPO trainer's options: the shared GRPO keys (trainers/grpo_config.py) plus its own.
+"""The Megatron GRPO trainer's options: the shared GRPO keys (trainers/grpo/config.py) plus its own.
 
 Defaults < a JSON or TOML file (`--config FILE`) < command-line flags; an unknown key is an
 error that names it. The Megatron keys add the parallel sizes (`tp`, `pp`, `cp`, `ep`), the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import grpo_config
+from trainers.grpo import config as grpo_config
 
 # hybrid: the model as configured (Gated DeltaNet + full attention layers: the real Qwen3.5);
 # full-attention: the same model with every layer a full-attention layer (an extra comparison).

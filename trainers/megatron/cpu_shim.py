@@ -121,5 +121,5 @@ class NoShim:
 
 
 def cpu_shim_for(plan) -> CpuShim | NoShim:
-    """The shim for a `trainers.device.DevicePlan`: the CPU shim only where the plan is cpu."""
+    """The shim for a `trainers.runtime.device.DevicePlan`: the CPU shim only where the plan is cpu."""
     return CpuShim() if plan.type == "cpu" else NoShim()

@@ -1,4 +1,4 @@
-"""The megatron-core backend of the GRPO loop (trainers/grpo_loop.py): the same rollout, reward,
+"""The megatron-core backend of the GRPO loop (trainers/grpo/loop.py): the same rollout, reward,
 advantages, update schedule and metrics as FSDP; this module builds, shards, computes log-probs,
 steps and exports.
 
@@ -19,12 +19,14 @@ import os
 import torch
 import torch.distributed as dist
 
-from .. import determinism, grpo
-from ..device import cpu_trainer_settings
-from ..device import plan as device_plan
-from ..grpo_loop import GRPOLoop
+from trainers.grpo import objective as grpo
+from trainers.grpo.loop import GRPOLoop
+from trainers.grpo.tasks import make_task
+from trainers.runtime import determinism
+from trainers.runtime.device import cpu_trainer_settings
+from trainers.runtime.device import plan as device_plan
+
 from ..rollout import RolloutBatch, make_rollout
-from ..tasks import make_task
 from . import bridge
 from .config import MegatronTrainConfig, PackedBatchesRefused, ParallelSizes
 from .cpu_shim import cpu_shim_for

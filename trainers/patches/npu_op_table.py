@@ -5,7 +5,7 @@ An entry has three implementations with one signature:
 - `emulation`: plain torch written from the torch_npu documentation of the fused op (its dtype
   rules included, e.g. `npu_rms_norm` wants gamma in the input's dtype and computes in fp32), so
   the patches' numerics can be checked on a machine without Ascend;
-- `npu`: the torch_npu call itself, used only when trainers.device picks the NPU.
+- `npu`: the torch_npu call itself, used only when trainers.runtime.device picks the NPU.
 The patched forwards call `fused(name)`, which reads the table at call time, so a test can put
 a deliberately wrong entry in it and see the parity check fail.
 """
@@ -146,8 +146,8 @@ CALLS: Counter[str] = Counter()
 
 @functools.lru_cache(maxsize=1)
 def on_npu() -> bool:
-    """Whether the fused ops resolve to torch_npu (decided once, by trainers.device)."""
-    from trainers.device import plan
+    """Whether the fused ops resolve to torch_npu (decided once, by trainers.runtime.device)."""
+    from trainers.runtime.device import plan
 
     return plan().type == "npu"
 

@@ -184,7 +184,7 @@ def _parity_verdict(patch: Patch, dtype: torch.dtype, seed: int) -> Verdict:
     prefix, kind = FAMILIES[family]
     device = torch.device("cpu")
     if on_npu():
-        from trainers.device import plan
+        from trainers.runtime.device import plan
 
         device = plan().device()
     with torch.random.fork_rng(devices=[]):

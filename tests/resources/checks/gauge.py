@@ -1,6 +1,6 @@
 """A cheap real check whose outcome a test controls: it reads a number from the file GAUGE_INPUT names
 and fails when it is above the limit, as a numeric tolerance check does. Registered through
-HARNESS_EXTRA_CHECKS (gauge=gauge) by tests/test_report_lifecycle.py."""
+HARNESS_EXTRA_CHECKS (gauge=gauge) by tests/e2e/test_report_lifecycle.py."""
 import os
 
 from harness.results.records import CheckResult, Status

@@ -1,5 +1,5 @@
 """A check that tries to write into the project directory: it passes only where that directory is a
-read-only mount (a cell's container). Registered by tests/test_container.py through HARNESS_EXTRA_CHECKS."""
+read-only mount (a cell's container). Registered by tests/e2e/test_container.py through HARNESS_EXTRA_CHECKS."""
 import errno
 import os
 

@@ -1,5 +1,5 @@
 """A check whose only import of mbridge happens in a child process, as a torchrun rank's would: the
-child's record must count. Registered through HARNESS_EXTRA_CHECKS by tests/test_reuse_run.py."""
+child's record must count. Registered through HARNESS_EXTRA_CHECKS by tests/e2e/test_reuse_run.py."""
 import os
 import subprocess
 import sys

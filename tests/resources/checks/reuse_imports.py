@@ -1,5 +1,5 @@
 """A check that looks up mbridge in its own process: its result depends on mbridge's version.
-Registered through HARNESS_EXTRA_CHECKS by tests/test_reuse_run.py."""
+Registered through HARNESS_EXTRA_CHECKS by tests/e2e/test_reuse_run.py."""
 import importlib.util
 import os
 

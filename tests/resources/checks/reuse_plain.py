@@ -1,5 +1,5 @@
 """A check that imports no third-party distribution: its result holds in any cell with the same options.
-Registered through HARNESS_EXTRA_CHECKS by tests/test_reuse_run.py."""
+Registered through HARNESS_EXTRA_CHECKS by tests/e2e/test_reuse_run.py."""
 import os
 import time
 

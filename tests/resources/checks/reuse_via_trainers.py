@@ -1,6 +1,6 @@
 """A check whose own code imports no third-party package: it reaches transformers only through trainers/,
 so its result depends on transformers' version all the same. Registered through HARNESS_EXTRA_CHECKS by
-tests/test_reuse_fork_stack.py."""
+tests/e2e/test_reuse_fork_stack.py."""
 import os
 
 from harness.results.records import CheckResult, Status

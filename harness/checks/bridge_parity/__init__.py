@@ -1,0 +1,177 @@
+"""bridge-parity: Hugging Face and megatron-core agree on the same Qwen3.5 weights, hybrid and MoE.
+
+The models are the zoo's tiny Qwen3.5 text model (3 Gated DeltaNet layers, 1 full-attention
+layer) and Qwen3.5-MoE (the same layers, every MLP a MoE with a gated shared expert), built in
+megatron-core from its own GatedDeltaNet, attention and MoELayer (trainers/megatron/layer_specs.py).
+Three jobs run one after the other: TP=1 (one rank), TP=2 and EP=2 (2 CPU ranks each), each rank
+forked from this process (harness.checks.support.forked_ranks: torchrun's environment, without a launcher and ranks
+that import torch, transformers and megatron-core again, which took most of the check's time); the
+worker is harness.checks.bridge_parity.ranks's `main`, the same as `python -m harness.checks.bridge_parity.ranks` under
+torchrun. Per model and job one verdict, holding:
+- forward: log-probs of a left-padded BSHD batch on real tokens, max abs error <= LOGPROB_ATOL;
+- round trip: HF -> Megatron (sharded) -> HF bitwise equal;
+- gradients: the same loss through both, the Megatron gradients reduced as the trainer reduces
+  them (grads.py) and mapped back: max over parameters of max|diff| / max|g_hf| <= GRAD_RTOL.
+`packed-gdn` records what megatron-core's GatedDeltaNet does with packed (THD) input, measured by
+calling it: refused (0.16.1: NotImplementedError) -> pass, the evidence for use_remove_padding=False;
+accepted and keeps sequences apart -> pass; accepted but leaks state across them -> fail.
+`text-full-attention-tp1` (every layer full attention) is an extra comparison, not the Megatron
+verdict. Metrics name the bridge that converted the weights, the bridges' own errors (mbridge,
+Megatron-Bridge), and the names the kernel shim bound where FLA / Transformer Engine are absent.
+SKIP where megatron-core or Qwen3.5 is not installed.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import time
+from pathlib import Path
+
+from harness.checks import CheckOptions
+from harness.checks.support import torchrun
+from harness.results.records import CheckResult, Status, Verdict
+
+NAME = "bridge-parity"
+# fp32 on CPU, measured 9.5e-7 for every model and job (fused QKV and in_proj matmuls, mask
+# value -1e4 vs -inf, RoPE from the row start vs each row's first token).
+LOGPROB_ATOL = 1e-4
+# Measured at most 1.4e-3 (A_log of a GDN layer: megatron-core's and HF's fp32 chunked recurrences
+# summed over every position); a gradient left unreduced or mapped wrong is off by 0.5 or more.
+GRAD_RTOL = 1e-2
+WORKER_TIMEOUT = 480.0
+THREADS = {"OMP_NUM_THREADS": "1"}
+# job -> (tensor parallel, expert parallel, cases)
+JOBS = {"tp1": (1, 1, "text-hybrid,moe-hybrid,text-full-attention"),
+        "tp2": (2, 1, "text-hybrid,moe-hybrid"),
+        "ep2": (1, 2, "moe-hybrid")}
+
+
+def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, timeout: float) -> tuple[dict, str]:
+    """One job on its ranks, forked from this process (torchrun's where forking is unsafe: see
+    harness.checks.support.forked_ranks); (what rank 0 wrote, {} if a rank failed or ran out of time; "forked" or
+    "torchrun")."""
+    from harness.checks.bridge_parity import ranks as parity
+    from harness.checks.support.forked_ranks import fork_safe, run_ranks
+
+    tp, ep, cases = JOBS[job]
+    out, log = work / f"{job}.json", work / f"{job}.log"
+    out.unlink(missing_ok=True)
+    log.unlink(missing_ok=True)  # the ranks append to it
+    args = ["--tp", str(tp), "--ep", str(ep), "--cases", cases, "--seed", str(options.seed), "--out", str(out)]
+    if broken:
+        args += ["--break", broken]
+    if fork_safe():
+        ok, launcher = run_ranks(lambda: parity.main(args), tp * ep, log, timeout, THREADS).ok, "forked"
+    else:
+        launcher = "torchrun"
+        process = torchrun.launch(torchrun.command(tp * ep, "harness.checks.bridge_parity.ranks", args), log,
+                                  {**os.environ, **THREADS})
+        try:
+            ok = torchrun.wait(process, timeout) == 0
+        finally:  # the check itself stopped (timeout, signal): no rank may outlive it
+            if process.poll() is None:
+                torchrun.stop(process)
+    return (json.loads(out.read_text()) if ok and out.exists() else {}), launcher
+
+
+def _log_tail(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")[-1500:] if path.exists() else ""
+
+
+def parity_verdict(name: str, data: dict | None, log: Path) -> Verdict:
+    """One model on one job: forward, round trip and gradients against their tolerances."""
+    if data is None:
+        return Verdict(name, Status.FAIL, f"worker produced no result; log tail: {_log_tail(log)}")
+    if "error" in data:  # megatron-core (or the mapping) raised: the message is its own
+        return Verdict(name, Status.FAIL, data["error"], metrics={"tp": data.get("tp"), "ep": data.get("ep")})
+    error, grad = data["max_abs_logprob_error"], data["max_rel_grad_error"]
+    metrics = {key: data.get(key) for key in ("tp", "ep", "bridge", "max_abs_logprob_error", "max_rel_grad_error",
+                                               "worst_grad", "max_rel_grad_error_gdn", "grads_compared",
+                                               "gated_delta_net_layers", "roundtrip_exact", "seconds")}
+    metrics.update({"tolerance": LOGPROB_ATOL, "grad_tolerance": GRAD_RTOL,
+                    "roundtrip_mismatched": data["roundtrip_mismatched"][:10]})
+    problems = []
+    if not data["finite"] or not error <= LOGPROB_ATOL:
+        problems.append(f"log-prob error {error:.3g} > {LOGPROB_ATOL}")
+    if not data["roundtrip_exact"]:
+        problems.append(f"round trip not exact ({len(data['roundtrip_mismatched'])} tensors differ)")
+    if not grad <= GRAD_RTOL:
+        problems.append(f"gradient error {grad:.3g} > {GRAD_RTOL} ({data['worst_grad']})")
+    if problems:
+        return Verdict(name, Status.FAIL, "; ".join(problems), metrics=metrics)
+    return Verdict(name, Status.PASS, f"log-prob error {error:.2g} <= {LOGPROB_ATOL}; gradients within "
+                   f"{grad:.2g} <= {GRAD_RTOL}; round trip bitwise exact", metrics=metrics)
+
+
+def packed_verdict(data: dict | None) -> Verdict:
+    probe = (data or {}).get("packed")
+    version = _version("megatron-core")
+    if probe is None:
+        return Verdict("packed-gdn", Status.FAIL, "no packed-input measurement (the hybrid model did not build)")
+    metrics = {"megatron_core": version, **probe}
+    if not probe["accepted"]:
+        return Verdict("packed-gdn", Status.PASS, f"megatron-core {version}'s GatedDeltaNet refuses packed (THD) "
+                       f"input ({probe['error']}): padded batches, use_remove_padding=False", metrics=metrics)
+    if probe["keeps_sequences_apart"]:
+        return Verdict("packed-gdn", Status.PASS, f"megatron-core {version}'s GatedDeltaNet accepts packed input "
+                       f"and keeps sequences apart (max error {probe['max_leak']:.2g})", metrics=metrics)
+    return Verdict("packed-gdn", Status.FAIL, f"packed input leaks state across sequences (max error "
+                   f"{probe['max_leak']:.3g})", metrics=metrics)
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def _skip_reason() -> str | None:
+    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+        return "megatron-core is not installed in this cell"
+    try:  # a spec lookup, not an import: the workers pay the import, not the harness
+        qwen35 = importlib.util.find_spec("transformers.models.qwen3_5") is not None
+    except ModuleNotFoundError:
+        qwen35 = False
+    return None if qwen35 else f"Qwen3.5 is unavailable in transformers {_version('transformers')}"
+
+
+def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] = tuple(JOBS)) -> CheckResult:
+    skip = _skip_reason()
+    if skip:
+        return CheckResult(NAME, Status.SKIP, skip)
+    work = Path(options.work_dir) / "bridge-parity"
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    from harness.checks.support.forked_ranks import preload
+
+    preload("harness.checks.bridge_parity.ranks", "trainers.megatron.train", "trainers.megatron.model",
+            "trainers.megatron.mapping")
+    results, launchers = {}, {}
+    for job in jobs:  # forked ranks die with this process (and are killed on any exception)
+        results[job], launchers[job] = _run_job(job, options, work, broken,
+                                                max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
+    verdicts = [parity_verdict(f"{case}-{job}", results[job].get(case), work / f"{job}.log")
+                for job in jobs for case in JOBS[job][2].split(",")]
+    if "tp1" in jobs:
+        verdicts.append(packed_verdict(results["tp1"].get("text-hybrid")))
+    case = next((c for r in results.values() for k, c in r.items() if k != "kernels" and "bridge_support" in c), {})
+    support = case.get("bridge_support", {})
+    kernels = next((r["kernels"] for r in results.values() if "kernels" in r), {})
+    metrics = {"bridge": case.get("bridge"), "mbridge": support.get("mbridge"),
+               "mbridge_error": support.get("mbridge_error"), "megatron_bridge": support.get("megatron_bridge"),
+               "megatron_bridge_error": support.get("megatron_bridge_error"),
+               "megatron_core": _version("megatron-core"),
+               **kernels, "tolerance": LOGPROB_ATOL, "grad_tolerance": GRAD_RTOL,
+               "max_abs_logprob_error": max((v.metrics.get("max_abs_logprob_error") or 0.0 for v in verdicts),
+                                            default=0.0),
+               "max_rel_grad_error": max((v.metrics.get("max_rel_grad_error") or 0.0 for v in verdicts), default=0.0),
+               "seconds": round(time.perf_counter() - started, 2), "deliberately_broken": broken,
+               "ranks": launchers}
+    failed = [v.name for v in verdicts if v.status == Status.FAIL]
+    if failed:
+        return CheckResult(NAME, Status.FAIL, f"failed: {', '.join(failed)}", metrics=metrics, verdicts=verdicts)
+    return CheckResult(NAME, Status.PASS, "HF and megatron-core agree on hybrid Qwen3.5 and Qwen3.5-MoE "
+                       f"({', '.join(jobs)}; bridge {metrics['bridge']})", metrics=metrics, verdicts=verdicts)

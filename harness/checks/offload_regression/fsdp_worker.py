@@ -1,0 +1,179 @@
+"""One vision training step of the tiny VL model, and a torchrun worker that runs it under
+real FSDP2 with `CPUOffloadPolicy` and `visual.pos_embed` as its own unit.
+
+Used by the offload-regression check, in-process (the step and the patch selection), on 2 ranks
+forked from the check's process on CPU (`worker`, through harness.checks.support.forked_ranks), and on accelerators as
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 \\
+        -m harness.checks.offload_regression.fsdp_worker --out RESULT.json [--trainer-method project|stock]
+
+The worker runs three passes on fresh models with the same seed: `reference` (stock code, no
+offload), `trainer` (offload, with the trainer's patch) and `upstream` (offload, stock code),
+and rank 0 writes what each pass saw as JSON. The device comes from `trainers.runtime.device.plan`,
+so the same worker runs on cpu/gloo, cuda/nccl and npu/hccl.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TRAINER_METHODS = ("project", "stock")  # stock: a deliberately broken patch (the unpatched method)
+
+
+def trainer_patches(method: str) -> list:
+    """The patches the trainer applies for the vision position embedding, for this transformers.
+
+    `stock` swaps in the unpatched method under the patch's name: it shows the check fails
+    where the bug exists. Where no patch applies (upstream fixed the bug), both give [].
+    """
+    from trainers.patches.base import Patch, resolve
+    from trainers.patches.pos_embed import PATCHES
+
+    if method not in TRAINER_METHODS:
+        raise ValueError(f"unknown trainer method {method!r}; expected one of {TRAINER_METHODS}")
+    applicable = [p for p in PATCHES if p.applicable()[0]]
+    if method == "project":
+        return applicable
+    broken = []
+    for patch in applicable:
+        owner, attr = resolve(patch.target)
+        broken.append(Patch(f"{patch.name}:stock", patch.target, owner.__dict__[attr], versions=patch.versions))
+    return broken
+
+
+@contextlib.contextmanager
+def patches_applied(patches: list) -> Any:
+    with contextlib.ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch.applied_context())
+        yield
+
+
+def vision_batch(config, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """Two images (one of two frames, not square) placed in one prompt, with labels."""
+    vision = config.vision_config
+    generator = torch.Generator().manual_seed(seed)
+    grid = torch.tensor([[1, 8, 8], [2, 4, 8]])
+    merge = vision.spatial_merge_size ** 2
+    patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+    pixels = torch.randn(int(grid.prod(-1).sum()), patch_dim, generator=generator)
+    ids = torch.randint(3, config.image_token_id - 1, (4,), generator=generator).tolist()
+    for image in grid:
+        ids += [config.vision_start_token_id] + [config.image_token_id] * (int(image.prod()) // merge)
+        ids += [config.vision_end_token_id, 5]
+    input_ids = torch.tensor([ids])
+    batch = {"input_ids": input_ids, "pixel_values": pixels, "image_grid_thw": grid,
+             "mm_token_type_ids": (input_ids == config.image_token_id).int(), "labels": input_ids}
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def vision_step(model, batch: dict[str, torch.Tensor]) -> float:
+    """Forward through the vision tower into the language model, and backward."""
+    loss = model(**batch).loss
+    loss.backward()
+    return float(loss.detach())
+
+
+def local_grad(weight: torch.Tensor) -> torch.Tensor | None:
+    """The weight's gradient on this rank (the local shard of a DTensor)."""
+    grad = weight.grad
+    if grad is None:
+        return None
+    return grad.to_local() if hasattr(grad, "to_local") else grad
+
+
+def error_site(exc: BaseException) -> str:
+    """`file:function:line` of the innermost frame in transformers or in the trainer's patches
+    (where the offending tensor was built or used), else the innermost frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "/transformers/" in f.filename or "/trainers/patches/" in f.filename]
+    frame = (ours or frames or [None])[-1]
+    return f"{Path(frame.filename).name}:{frame.name}:{frame.lineno}" if frame else "unknown"
+
+
+def _fsdp_pass(name: str, args, plan, mesh, device) -> dict[str, Any]:
+    from harness.checks.offload_regression.emulation import record_embedding_calls
+    from trainers.fsdp.parallelize import parallelize
+    from trainers.models import build_model
+
+    model = build_model("vl", args.model_config, seed=args.seed)
+    offload = name != "reference"
+    parallelize(model, plan, mesh=mesh, offload=offload)
+    pos_embed = model.model.visual.pos_embed
+    outside: list[dict[str, str]] = []  # what fast_pos_embed_interpolate reads, before pos_embed's forward
+
+    def seen_outside(module, args_):
+        outside.append({"weight_kind": type(pos_embed.weight).__name__, "weight_device": str(pos_embed.weight.device)})
+
+    hook = model.model.visual.register_forward_pre_hook(seen_outside)
+    patches = trainer_patches(args.trainer_method) if name == "trainer" else []
+    result: dict[str, Any] = {"offload": offload, "patches": [p.name for p in patches], "outside": outside}
+    start = time.perf_counter()
+    with patches_applied(patches), record_embedding_calls(pos_embed) as calls:
+        try:
+            result["loss"] = vision_step(model, vision_batch(model.config, args.seed, device))
+            grad = local_grad(pos_embed.weight)
+            result["pos_embed_grad_norm"] = None if grad is None else float(grad.double().norm())
+            result["raised"] = False
+        except Exception as exc:  # noqa: BLE001  (any failure is evidence: which class, where, what devices)
+            result.update(raised=True, error_class=type(exc).__name__, error_site=error_site(exc),
+                          error=str(exc).splitlines()[0][:300] if str(exc) else "")
+    hook.remove()
+    result["calls"] = [c.to_dict() for c in calls]
+    result["seconds"] = round(time.perf_counter() - start, 3)
+    return result
+
+
+def worker(out: Path, trainer_method: str = "project", seed: int = 0, model_config: str | None = None,
+           device: str | None = None) -> None:
+    """One rank: join the process group (torchrun's, or the check's forked ranks'), run the three
+    passes, and rank 0 writes `out`. The caller ends the process (os._exit)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from trainers.runtime.device import plan as device_plan
+    from trainers.runtime.device import set_cpu_threads
+
+    args = argparse.Namespace(out=Path(out), trainer_method=trainer_method, seed=seed, model_config=model_config)
+    set_cpu_threads()
+    plan = device_plan(device)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if plan.type != "cpu":
+        getattr(torch, plan.type).set_device(local_rank)
+    dist.init_process_group(plan.dist_backend)
+    mesh = init_device_mesh(plan.type, (dist.get_world_size(),))
+    passes = {name: _fsdp_pass(name, args, plan, mesh, plan.device(local_rank))
+              for name in ("reference", "trainer", "upstream")}
+    if dist.get_rank() == 0:
+        import transformers
+
+        report = {"device": plan.type, "world_size": dist.get_world_size(), "torch": torch.__version__,
+                  "transformers": transformers.__version__, "passes": passes}
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(report, indent=1))
+        os.replace(tmp, args.out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--trainer-method", choices=TRAINER_METHODS, default="project")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model-config", default=None)
+    parser.add_argument("--device", default=None)
+    worker(**vars(parser.parse_args(argv)))
+    os._exit(0)  # an abort at interpreter exit was seen after teardown otherwise
+
+
+if __name__ == "__main__":
+    main()

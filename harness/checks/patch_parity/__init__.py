@@ -1,0 +1,94 @@
+"""patch-parity: every patch of the trainer gives the stock numbers; packed equals unpacked.
+
+Verdicts, on the text, vision-language and MoE tiny models where each applies:
+  target-audit:*        every patch target exists in the installed transformers / torch_npu / vLLM
+  patched-vs-stock:*    outputs and gradients with the patch against without it, per dtype
+  packed-vs-unpacked:*  the trainer's packed path against each sequence run alone
+  packed-stock-upstream[-position-ids]   evidence: what stock transformers does with packed rows
+  fused-logprob:T=*     chunked log-probs / entropy against log_softmax at the same temperature
+  rollout-vs-trainer:*  the rollout engine's sampled-token log-probs against the trainer's
+  npu-parity:*          NPU op patches against the torch reference (from trainers.patches.npu_ops)
+The check fails if any verdict fails; `affected` verdicts are evidence about upstream.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+from harness.checks import CheckOptions
+from harness.checks.patch_parity.inputs import Tolerance
+from harness.results.records import CheckResult, Status, Verdict
+
+NAME = "patch-parity"
+
+# The one tolerance table of this check. "output": max abs error of logits / log-probs /
+# entropies; "grad": max abs gradient error relative to the largest stock gradient; "rollout":
+# max abs error of engine log-probs against the trainer's. float32 is tight: measured errors
+# are ~1e-6, and a leak across packed sequences is ~5e-2. bfloat16 allows one or two units in
+# the last place of logits of magnitude ~4 (spacing 2^-5); a perturbation of 1e-2 is caught
+# in float32 only.
+TOLERANCES: dict[str, Tolerance] = {
+    "float32": Tolerance(output=1e-5, grad=1e-5, rollout=1e-4),
+    "bfloat16": Tolerance(output=5e-2, grad=5e-2, rollout=1e-1),
+}
+
+
+def _overrides(options: CheckOptions) -> dict:
+    if options.model_config is None:
+        return {}
+    return {options.model: json.loads(options.model_config.read_text(encoding="utf-8"))}
+
+
+def _npu_op_verdicts(seed: int) -> list[Verdict]:
+    from harness.checks.patch_parity.inputs import DTYPES
+    from trainers.patches import npu_ops  # a project module: missing is an error, never a skip
+
+    return [v for dtype in TOLERANCES for v in npu_ops.op_parity_verdicts(DTYPES[dtype], seed=seed)]
+
+
+def overall(verdicts: list[Verdict]) -> tuple[Status, str]:
+    failed = [v.name for v in verdicts if v.status.is_failure]
+    counts = {s.value: sum(v.status is s for v in verdicts) for s in Status if any(v.status is s for v in verdicts)}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
+    if failed:
+        return Status.FAIL, f"{len(failed)} verdict(s) failed: {', '.join(failed)} ({summary})"
+    return Status.PASS, f"all patches match stock ({summary})"
+
+
+def run(options: CheckOptions) -> CheckResult:
+    from harness.checks.patch_parity.audit import audit_verdicts
+    from harness.checks.patch_parity.fused import fused_verdicts, rollout_vs_trainer
+    from harness.checks.patch_parity.inputs import Models
+    from harness.checks.patch_parity.packed import packed_vs_unpacked, stock_upstream_verdicts
+    from harness.checks.patch_parity.stock import patched_vs_stock_verdicts
+    from trainers.models import Qwen35Unavailable
+    from trainers.patches import all_patches
+    from trainers.runtime.device import set_cpu_threads
+
+    set_cpu_threads()
+    patches = all_patches()
+    verdicts = audit_verdicts(patches)
+    models = Models(options.seed, _overrides(options))
+    try:
+        models.get(options.model)
+    except Qwen35Unavailable as exc:
+        return CheckResult(NAME, Status.SKIP, str(exc).split(":")[0], verdicts=verdicts,
+                           metrics={"qwen35_available": False})
+
+    seed, timings = options.seed, {}
+    sections = (
+        ("patched_vs_stock", lambda: patched_vs_stock_verdicts(patches, models, TOLERANCES, seed)),
+        ("packed_vs_unpacked", lambda: packed_vs_unpacked(models, TOLERANCES, seed)),
+        ("packed_stock_upstream", lambda: stock_upstream_verdicts(models, TOLERANCES["float32"], seed)),
+        ("fused_logprob", lambda: fused_verdicts(models, TOLERANCES, seed)),
+        ("rollout_vs_trainer", lambda: rollout_vs_trainer(models, TOLERANCES, seed)),
+        ("npu_op_parity", lambda: _npu_op_verdicts(seed)),
+    )
+    for section, produce in sections:
+        start = time.perf_counter()
+        verdicts.extend(produce())
+        timings[section] = round(time.perf_counter() - start, 2)
+    status, message = overall(verdicts)
+    metrics = {"qwen35_available": True, "seconds": timings, "patches": [p.name for p in patches],
+               "tolerances": {dtype: vars(tol) for dtype, tol in TOLERANCES.items()}}
+    return CheckResult(NAME, status, message, metrics=metrics, verdicts=verdicts)

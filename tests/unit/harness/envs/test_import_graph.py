@@ -1,0 +1,144 @@
+"""The import recorder under a fork server: a forked check counts what its own code asks for and, for each
+preloaded package it touches, what that package asked for in the server (transitively), not everything the
+server holds. Real processes, on small packages written here: `light` and `heavy` are preloaded in that
+order by `driver` (`heavy` imports `light`, reads metadata, sets a submodule up lazily and puts a module into
+sys.modules without importing it), `bridge` reaches `heavy`."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.envs import importrecord
+from harness.execution.loaded import read_record
+
+ROOT = Path(__file__).resolve().parents[4]
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the check server forks (Linux)")
+
+PACKAGES = {
+    "light_dep.py": "",
+    "light/__init__.py": "import light_dep\n",
+    "heavy_dep.py": "",
+    "heavy_sub_dep.py": "",
+    "heavy_late_dep.py": "",
+    "heavy/_sub.py": "import heavy_sub_dep\nthing = 1\n",
+    "heavy/__init__.py": textwrap.dedent("""\
+        import importlib, importlib.metadata
+        import sys, types
+        import heavy_dep
+        sys.modules["heavy_injected"] = types.ModuleType("heavy_injected")  # no import: charged to the step
+        import light  # preloaded before: an edge, not a new module
+        try:
+            importlib.metadata.version("heavy-optional")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+
+        def __getattr__(name):  # lazy, as transformers' modules are: imported at first attribute access
+            if name == "thing":
+                return importlib.import_module("._sub", __name__).thing
+            if name == "late":
+                return importlib.import_module("heavy_late_dep")
+            raise AttributeError(name)
+        """),
+    "bridge.py": "from heavy import thing\n",
+    "fresh_dep.py": "",
+    "driver.py": textwrap.dedent("""\
+        import sys
+
+        def preload():  # the server's own module asks for the packages: that must not charge them to it
+            for module in ("light", "heavy", "bridge"):
+                assert sys.modules["_harness_import_record"].RECORDER.preload(module)
+        """),
+}
+
+SERVER = """
+import os, sys
+import _harness_import_record as recorder
+import driver
+driver.preload()
+import heavy
+heavy.thing  # set up at preload: the child reaches it without an import
+assert not recorder.RECORDER.preload("not_installed")
+pid = os.fork()
+if pid == 0:
+    os.environ.pop(recorder.GRAPH_VARIABLE)
+    recorder.start(sys.argv[1])
+    exec(sys.argv[2])
+    if len(sys.argv) > 3:  # a process the check forks (its ranks) records itself too
+        if os.fork() == 0:
+            exec(sys.argv[3])
+            os._exit(0)
+        os.wait()
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+HEAVY = {"heavy", "heavy_dep", "heavy_sub_dep", "heavy_injected", "dist:heavy-optional"}
+LIGHT = {"light", "light_dep"}
+
+
+def _check(tmp_path: Path, code: str, grandchild: str | None = None) -> set[str]:
+    """The record of a check running `code`, forked from a server that preloaded light, heavy and bridge."""
+    for name, text in PACKAGES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    shutil.copy(importrecord.__file__, tmp_path / f"{importrecord.INSTALLED_AS}.py")
+    records = tmp_path / "rec"
+    records.mkdir()
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), importrecord.GRAPH_VARIABLE: "1"}
+    argv = [sys.executable, "-c", f"import {importrecord.INSTALLED_AS}\n{SERVER}", str(records), code]
+    done = subprocess.run(argv + ([grandchild] if grandchild else []), env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    names = read_record(records)
+    assert names is not None
+    return names
+
+
+def test_a_check_that_touches_one_preloaded_package_counts_it_and_what_it_pulled_in_not_the_others(tmp_path):
+    names = _check(tmp_path, "import driver, light")  # the server's driver too, as a check imports harness.cli
+    assert LIGHT <= names and not names & HEAVY and "bridge" not in names
+    assert {"os", "sys"} <= names  # what interpreter start-up held counts for every check
+
+
+def test_a_preloaded_package_counts_with_what_it_imported_read_and_set_up_lazily(tmp_path):
+    names = _check(tmp_path, "from heavy import thing")  # already imported: only the hook sees it
+    assert HEAVY | LIGHT <= names  # light: heavy imported it, though it was loaded before heavy
+
+
+def test_a_package_reached_through_another_preloaded_module_counts(tmp_path):
+    assert HEAVY | LIGHT | {"bridge"} <= _check(tmp_path, "import importlib; importlib.import_module('bridge')")
+
+
+def test_what_the_check_itself_imports_reads_or_loads_lazily_counts(tmp_path):
+    code = ("import importlib.metadata, importlib.util, fresh_dep\n"
+            "importlib.util.find_spec('bridge')\n"
+            "try:\n    importlib.metadata.version('check-optional')\nexcept importlib.metadata.PackageNotFoundError:\n"
+            "    pass\n")
+    names = _check(tmp_path, code)
+    assert {"fresh_dep", "dist:check-optional", "bridge"} | HEAVY <= names  # find_spec of a preloaded module
+
+
+def test_an_import_done_lazily_at_attribute_access_in_the_check_counts(tmp_path):
+    assert "heavy_late_dep" in _check(tmp_path, "import heavy\nheavy.late")
+
+
+def test_a_process_the_check_forks_records_itself_with_what_the_check_asked_for(tmp_path):
+    names = _check(tmp_path, "import light", grandchild="import heavy")
+    assert len(list((tmp_path / "rec").glob("*.imports"))) == 2
+    assert LIGHT | HEAVY <= names
+
+
+def test_a_recorder_without_the_graph_counts_everything_the_server_held(tmp_path):
+    """The fallback (an environment whose recorder predates the graph): over-counting, never under."""
+    names = _check(tmp_path, "import sys; sys.modules['_harness_import_record'].RECORDER.forked = False\n"
+                             "sys.modules['_harness_import_record'].RECORDER.fd = -1\n"
+                             "sys.modules['_harness_import_record'].RECORDER.directory = ''\n"
+                             "sys.modules['_harness_import_record'].start(sys.argv[1])")
+    assert HEAVY - {"dist:heavy-optional"} | LIGHT | {"bridge"} <= names

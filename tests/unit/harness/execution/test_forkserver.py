@@ -1,0 +1,261 @@
+"""The fork path (one check server per cell, a forked process per check) keeps what a fresh
+interpreter per check gives: the same result, the same crash classes, the timeout with the check's
+own children killed, and nothing left running when the runner dies. Real processes; the server
+preloads only `json` (fast), except one test that proves torch and transformers are imported once."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.execution import runner
+from harness.execution.forkclient import CheckProcesses
+from harness.results.records import Status
+
+ROOT = Path(__file__).resolve().parents[4]
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the check server forks (Linux)")
+LIGHT = ("json",)
+
+
+def _env(project_env, mode: str, tmp_path, **extra) -> dict[str, str]:
+    # One thread, as a cell's checks get it (CellEnv.run_env): else numpy's OpenBLAS starts a thread
+    # pool at import, and the server refuses to fork.
+    return {**project_env, "OMP_NUM_THREADS": "1", "MISBEHAVE": mode, "MISBEHAVE_PIDS": str(tmp_path / "pids"),
+            "MISBEHAVE_MARKER": str(tmp_path / "marker"), **extra}
+
+
+def _forked(tmp_path, env, timeout=60.0, memory=None, preload=LIGHT):
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=preload)
+    try:
+        processes.ready()
+        assert processes.server is not None, (tmp_path / "setup.log").read_text()
+        return processes.run("misbehave", [], tmp_path / "logs" / "misbehave.log", timeout, memory_limit_mb=memory)
+    finally:
+        processes.close()
+
+
+def _fresh(tmp_path, env, timeout=60.0, memory=None):
+    return runner.run_isolated(sys.executable, "misbehave", [], tmp_path / "fresh" / "misbehave.log", timeout, env,
+                               memory)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _gone(pids, seconds=10.0) -> list[int]:
+    """The pids still alive after waiting up to `seconds` (a SIGKILLed process takes a moment)."""
+    deadline = time.time() + seconds
+    while any(_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.05)
+    alive = [p for p in pids if _alive(p)]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    return alive
+
+
+def test_a_forked_check_gives_the_fresh_interpreters_result(tmp_path, project_env):
+    env = _env(project_env, "pass", tmp_path)
+    forked, fresh = _forked(tmp_path, env).to_dict(), _fresh(tmp_path, env).to_dict()
+    assert forked.pop("duration") > 0 and fresh.pop("duration") > 0
+    assert forked == fresh  # the metrics name the runner: the same process on both paths
+    assert forked["metrics"]["runner"] == fresh["metrics"]["runner"] != ""
+
+
+def test_a_forked_checks_output_and_its_childrens_go_to_its_own_log(tmp_path, project_env):
+    env = _env(project_env, "talk", tmp_path)
+    assert _forked(tmp_path, env).status is Status.PASS
+    assert _fresh(tmp_path, env).status is Status.PASS
+    forked = (tmp_path / "logs" / "misbehave.log").read_text()
+    fresh = (tmp_path / "fresh" / "misbehave.log").read_text()
+    for line in ("said on stdout", "said on stderr", "said by a child process"):
+        assert line in forked and line in fresh
+    assert "check server" not in forked  # nothing of the server's own output
+
+
+def test_a_forked_check_gets_its_own_environment_not_the_servers(tmp_path, project_env):
+    # The server starts with MISBEHAVE=exit; each check's environment (as reuse's import record sets per
+    # check) replaces it: one sets another value, one removes the variable (the check's default is pass).
+    server_env = _env(project_env, "exit", tmp_path)
+    processes = CheckProcesses(sys.executable, server_env, tmp_path / "setup.log", preload=LIGHT)
+    try:
+        processes.ready()
+        changed = processes.run("misbehave", [], tmp_path / "logs" / "a.log", 60, {**server_env, "MISBEHAVE": "pass"})
+        removed = processes.run("misbehave", [], tmp_path / "logs" / "b.log", 60,
+                                {k: v for k, v in server_env.items() if k != "MISBEHAVE"})
+        assert processes.server is not None  # both ran forked
+        default = processes.run("misbehave", [], tmp_path / "logs" / "c.log", 60)
+    finally:
+        processes.close()
+    assert changed.status is Status.PASS and removed.status is Status.PASS
+    assert default.status is Status.CRASH and "exited with status 3" in default.message  # the server's own
+
+
+@pytest.mark.parametrize("mode, memory, why", [
+    ("segv", None, "killed by SIGSEGV"),
+    ("memory", 1024, "out of memory"),
+    ("exit", None, "exited with status 3 without a result"),
+    ("abort", None, "killed by SIGABRT"),
+])
+def test_a_forked_check_that_dies_is_classified_as_in_a_fresh_interpreter(tmp_path, project_env, mode, memory, why):
+    env = _env(project_env, mode, tmp_path)
+    forked, fresh = _forked(tmp_path, env, memory=memory), _fresh(tmp_path, env, memory=memory)
+    assert forked.status is Status.CRASH and fresh.status is Status.CRASH
+    assert why in forked.message and why in fresh.message
+    assert forked.message.split(".")[0] == fresh.message.split(".")[0]
+
+
+def test_the_memory_limit_holds_in_the_forked_check_only(tmp_path, project_env):
+    # Without the limit the same check would take 64 GiB; with it, the server lives on for the next check.
+    env = _env(project_env, "memory", tmp_path)
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT)
+    try:
+        processes.ready()
+        first = processes.run("misbehave", [], tmp_path / "logs" / "a.log", 60, memory_limit_mb=1024)
+        assert first.status is Status.CRASH and "out of memory" in first.message
+        assert processes.server is not None and processes.server.proc.poll() is None
+    finally:
+        processes.close()
+
+
+def test_a_hung_forked_check_times_out_and_its_children_die_with_it(tmp_path, project_env):
+    env = _env(project_env, "hang-with-child", tmp_path)
+    result = _forked(tmp_path, env, timeout=3)
+    assert result.status is Status.TIMEOUT and "no result after 3 s" in result.message
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    assert len(pids) == 2  # the check and the process it started
+    assert _gone(pids) == []
+
+
+def test_a_check_server_that_dies_mid_check_falls_back_to_a_fresh_interpreter(tmp_path, project_env):
+    env = _env(project_env, "kill-server-once", tmp_path)
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT)
+    try:
+        processes.ready()
+        server = processes.server.proc.pid
+        result = processes.run("misbehave", [], tmp_path / "logs" / "misbehave.log", 60)
+        assert (tmp_path / "marker").exists(), "the server was never killed: the test proves nothing"
+        assert result.status is Status.PASS and result.message == "passed without the check server"
+        assert processes.server is None and _gone([server]) == []
+        again = processes.run("misbehave", [], tmp_path / "logs" / "again.log", 60)  # the rest run fresh too
+        assert again.status is Status.PASS
+    finally:
+        processes.close()
+    log = (tmp_path / "setup.log").read_text()
+    assert "check server unavailable (the check server exited" in log and "during misbehave" in log
+
+
+@pytest.mark.parametrize("module, why", [("threaded_import", "unsafe to fork after the imports: 2 Python threads"),
+                                         ("broken_import", "import failed: RuntimeError: this package is broken")])
+def test_a_server_that_cannot_fork_safely_falls_back_and_says_why(tmp_path, project_env, module, why):
+    env = _env(project_env, "pass", tmp_path)
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=("json", module))
+    try:
+        assert processes.ready() == 0.0 and processes.server is None
+        result = processes.run("misbehave", [], tmp_path / "logs" / "misbehave.log", 60)
+        assert result.status is Status.PASS and result.metrics["answer"] == 42
+    finally:
+        processes.close()
+    assert why in (tmp_path / "setup.log").read_text()
+
+
+RUNNER = textwrap.dedent("""\
+    import sys
+    from pathlib import Path
+    from harness.execution.forkclient import CheckProcesses
+    processes = CheckProcesses(sys.executable, None, Path(sys.argv[1]) / "setup.log", preload=("json",))
+    processes.ready()
+    processes.run("misbehave", [], Path(sys.argv[1]) / "logs" / "misbehave.log", 600)
+    """)
+
+
+def test_killing_the_runner_leaves_no_server_and_no_check_behind(tmp_path, project_env):
+    env = _env(project_env, "hang-with-child", tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path)], cwd=ROOT, env=env)
+    deadline = time.time() + 120
+    while len((tmp_path / "pids").read_text().split() if (tmp_path / "pids").exists() else []) < 2:
+        assert time.time() < deadline and proc.poll() is None, "the check never started"
+        time.sleep(0.05)
+    check, grandchild = (int(p) for p in (tmp_path / "pids").read_text().split())
+    server = int(Path(f"/proc/{check}/stat").read_text().rpartition(")")[2].split()[1])
+    assert "checkserver" in Path(f"/proc/{server}/cmdline").read_text()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _gone([server, check]) == []  # runner -> server -> check, each by PDEATHSIG
+    _gone([grandchild])  # the check's own child has no PDEATHSIG of its own, as under a fresh interpreter
+
+
+@pytest.mark.slow
+def test_torch_and_transformers_are_imported_once_per_cell(tmp_path, project_env):
+    pytest.importorskip("transformers")
+    env = _env(project_env, "modules", tmp_path)
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log")  # the default preload
+    try:
+        imports = processes.ready()
+        assert processes.server is not None, (tmp_path / "setup.log").read_text()[-2000:]
+        assert imports > 0 and {"torch", "transformers"} <= set(processes.server.modules)
+        first = processes.run("misbehave", [], tmp_path / "logs" / "a.log", 120)
+        second = processes.run("misbehave", [], tmp_path / "logs" / "b.log", 120)
+    finally:
+        processes.close()
+    for result in (first, second):  # both found them imported before their own code ran
+        assert result.status is Status.PASS and result.metrics["preloaded"] == ["torch", "transformers"]
+    assert first.metrics["pid"] != second.metrics["pid"]  # two processes, one import
+    fresh = _fresh(tmp_path, env)
+    assert fresh.metrics["preloaded"] == []  # a fresh interpreter starts without them: the test can fail
+
+
+CELL_MATRIX = """\
+[matrix]
+name = "phases"
+checks = ["misbehave"]
+
+[axes]
+backend = ["fsdp"]
+model = ["text"]
+device = ["cpu"]
+"""
+
+
+@pytest.mark.slow
+def test_a_cell_records_its_phases_and_no_fork_runs_fresh_interpreters(tmp_path, project_env):
+    from harness.results.records import load_cell
+
+    (tmp_path / "m.toml").write_text(CELL_MATRIX)
+    argv = [sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out", str(tmp_path / "out"),
+            "--env-root", str(tmp_path / "envs"), "--no-index-check", "--no-report", "--redo"]
+    cell_file = tmp_path / "out" / "cells" / "fsdp-text.json"
+    setup_log = tmp_path / "out" / "cells" / "fsdp-text" / "logs" / "setup.log"
+    runs = {}
+    for label, extra in (("forked", []), ("fresh", ["--no-fork"])):
+        done = subprocess.run(argv + extra, cwd=ROOT, env=_env(project_env, "pass", tmp_path), capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stderr.count("jobs: up to 1 cells at once (") == 1  # the choice, said once
+        runs[label] = (load_cell(cell_file), setup_log.read_text())
+    forked, fresh = runs["forked"][0], runs["fresh"][0]
+    assert set(forked.phases) == {"environment", "capture", "imports"} and forked.phases["capture"] > 0
+    assert "check server ready: imported harness.cli once" in runs["forked"][1]  # no torch in this cell
+    assert fresh.phases["imports"] == 0 and "check server" not in runs["fresh"][1]
+    (a,), (b,) = forked.checks, fresh.checks
+    assert a.status is b.status is Status.PASS and a.metrics["answer"] == b.metrics["answer"] == 42
+    assert "-m harness run" in a.metrics["runner"] and "-m harness run" in b.metrics["runner"]  # not the server
+
+
+def test_a_deferred_server_starts_at_the_first_check_it_must_run(tmp_path, project_env):
+    env = _env(project_env, "pass", tmp_path)
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT, start=False)
+    try:
+        assert processes.ready() == 0 and processes.server is None  # expected every check to be reused
+        result = processes.run("misbehave", [], tmp_path / "logs" / "misbehave.log", 60)
+        assert processes.server is not None and result.status is Status.PASS  # one was not, after all
+    finally:
+        processes.close()
+    assert "check server ready: imported json" in (tmp_path / "setup.log").read_text()
