@@ -19,6 +19,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "sessions": tables.sessions_table,
     "sessions-full": lambda: tables.sessions_table(full=True),
     "measured": figures.measured_table,
+    **{f"check-{name}": (lambda name=name: tables.check_doc(name)) for name in tables.CHECKS},
 }
 
 

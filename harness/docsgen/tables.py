@@ -1,7 +1,9 @@
 """Each table of the docs as a pure function of what it describes, rendered as Markdown."""
 from __future__ import annotations
 
+import ast
 import functools
+import importlib.util
 import inspect
 import json
 import subprocess
@@ -79,3 +81,11 @@ def sessions_table(listing: list[dict] | None = None, full: bool = False) -> str
     rows.append(["`cell-<matrix>(<cell id>)`", "one cell of a matrix; `nox -l --json -t cell` lists them with their "
                  "call_spec, `nox -t TAG` runs the cells a matrix tags"])
     return _table(["session", "what it does"], rows)
+
+
+def check_doc(name: str) -> str:
+    """A check's module docstring (read from its file, not imported: checks import torch), as Markdown."""
+    spec = importlib.util.find_spec(CHECKS[name].module)
+    doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))) or ""
+    head, _, rest = doc.partition("\n")
+    return f"{head.partition(': ')[2] or head}\n{rest}".strip() + "\n"

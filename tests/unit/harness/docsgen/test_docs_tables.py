@@ -91,3 +91,13 @@ def test_the_measured_page_shows_the_file_figures():
     current = figures.load()
     assert f"{current['grpo_vs_trl']['summary']['speedup_to_threshold']:.2f}x" in (
         pages.ROOT / "docs" / "measured.md").read_text()
+
+
+def test_every_check_has_a_page_with_its_docstring():
+    for name in CHECKS:
+        if not CHECKS[name].module.startswith("harness.checks."):
+            continue
+        page = pages.ROOT / "docs" / "checks" / f"{name}.md"
+        assert page.is_file(), f"no page for check {name}"
+        assert f"<!-- generated: check-{name} -->" in page.read_text(), f"{page.name} lacks the check's docstring"
+    assert "Fails, naming the transformers version" in tables.check_doc("stack-smoke")
