@@ -23,7 +23,7 @@ FINDING_TEXT_LIMIT = 600
 # uv's resolution report: "Because A==1 depends on B>=2,<3 and ..." or "Because there is no version of A==1 ...".
 _NAME = r"([A-Za-z0-9._-]+)"
 _DEPENDS = re.compile(rf"Because {_NAME}==(\S+?) depends on {_NAME}([<>=!~][^ ,]*(?:,[<>=!~][^ ,]*)*)")
-_NO_VERSION = re.compile(r"there is no version of ([A-Za-z0-9._-]+)(==\S+?)?[ ,.]")
+_NO_VERSION = re.compile(r"there is no version of ([A-Za-z0-9._-]+)(==[0-9A-Za-z.+!-]*[0-9A-Za-z+!-])?")
 _ARROW = "\u2570\u2500\u25b6"  # uv's arrow before its explanation
 _NO_WHEEL = re.compile(r"(\S+)==(\S+) has no wheels? with a matching (platform|Python)[^.]*")
 

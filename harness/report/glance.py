@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from harness.results.records import Status
 
+from .findings import install_reason, is_install_failure
 from .grid import Line, check_names, groups
 from .htmltext import Escaper, escape_html
 from .pinsbox import PINS_CSS, pins_html
@@ -96,7 +97,8 @@ def _line_html(line: Line, positions: dict[str, int], report: Report, esc: Escap
     for index, entry in line.entries.items():
         check = report.columns[index].check
         status = STATUS_VALUES[entry.status]
-        name = esc[f"{check}: {status}" + (f": {entry.message}" if entry.message else "")]
+        reason = install_reason(entry.message) if is_install_failure(entry.message) else entry.message
+        name = esc[f"{check}: {status}" + (f": {reason}" if reason else "")]
         cells[positions[check]] = (f'<td><a class="m s-{status}" href="#e{line.row}-{index}" aria-label="{name}">'
                                    f"{STATUS_LETTERS[entry.status]}</a></td>")
     why = esc[line.why]

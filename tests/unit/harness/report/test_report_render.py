@@ -12,11 +12,10 @@ from urllib.parse import quote
 
 import pytest
 
-from harness.report import build_report, plot, table, to_html, to_json
-from harness.report import html
+from harness.report import build_report, html, plot, table, to_html, to_json
 from harness.report.html import href
-from harness.report.htmlverdicts import entry_order
 from harness.report.htmltext import escape_html
+from harness.report.htmlverdicts import entry_order
 from harness.report.support import STATUS_LETTERS
 from harness.report.synthetic import synthetic_cells
 from harness.report.table import entry_extras, safe_link
@@ -257,7 +256,7 @@ def test_the_glance_table_comes_first_with_a_line_per_backend_grouped_under_the_
     labels = re.findall(r'<tr id="g(\d+)-(\d+)"><th scope="row" class="lbl">([^<]*)</th>', glance)
     assert len(labels) == sum(len({(report.columns[i].backend, report.columns[i].model) for i in row.entries})
                               for row in report.rows)
-    for row, first, label in labels:
+    for _row, first, label in labels:
         column = report.columns[int(first)]
         assert label.startswith(f"{column.backend} &#183; {column.model}")
     marks = re.findall(r'<a class="m s-(\w+)" href="#e(\d+)-(\d+)" aria-label="([^"]*)">([A-Z])</a>', glance)
