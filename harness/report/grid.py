@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from . import table
 from .findings import install_reason, is_install_failure
-from .support import RowVerdict, row_verdict, varying_axes
+from .support import RowVerdict, row_verdict, row_verdicts, varying_axes
 from .table import ABSENT, BACKEND_ORDER, FAILING, MODEL_ORDER, STATUS_VALUES, Entry, Report, Row
 
 
@@ -75,6 +75,7 @@ def lines(report: Report) -> list[Line]:
     if cached is not None:
         return cached
     out = []
+    whole = row_verdicts(report)
     for number, row in enumerate(report.rows):
         parts: dict[tuple[str, str], dict[int, Entry]] = {}
         for index, entry in row.entries.items():
@@ -82,7 +83,9 @@ def lines(report: Report) -> list[Line]:
             parts.setdefault((column.backend, column.model), {})[index] = entry
         for backend, model in sorted(parts, key=lambda k: _key(*k)):
             entries = parts[(backend, model)]
-            verdict = row_verdict(report.columns, Row(row.axes, entries, row.cells, row.environment))
+            # A row that ran on one backend and model is one line, with the row's own verdict.
+            verdict = whole[number] if len(parts) == 1 else \
+                row_verdict(report.columns, Row(row.axes, entries, row.cells, row.environment))
             out.append(Line(number, backend, model, entries, verdict,
                             why_text(report, entries, verdict, backend, model)))
     report.__dict__["_grid_lines"] = out
@@ -137,5 +140,9 @@ def _shared(report: Report, members: list[Line], positions: list[int]) -> list[s
 
 def _positions(report: Report, members: list[Line]) -> set[int]:
     """The axes with one and the same (non-empty) value in every line of the group: in its heading."""
-    return {p for p in range(len(report.axes)) if len(_values(report, members, p)) == 1
-            and next(iter(_values(report, members, p)))}
+    shared = set()
+    for p in range(len(report.axes)):
+        values = _values(report, members, p)
+        if len(values) == 1 and next(iter(values)):
+            shared.add(p)
+    return shared

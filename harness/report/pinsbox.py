@@ -32,9 +32,9 @@ def _box(box: PinsBox) -> str:
                 "every check: see the grid.</p></div>")
     versions = ", ".join(f"{name} {version}" for name, version in box.pins)
     other = "; ".join(f"{axis} {value}" for axis, value in box.other)
-    kind = "passes every check" if box.line.verdict.kind == "works" else "passes every check with the trainer's patches"
+    kind = "pass every check" + ("" if box.line.verdict.kind == "works" else " with the trainer's patches")
     return (f'<div class="pin"><h3>{e(box.title)}</h3>'
-            f'<p>Newest of {box.tested} tested stacks that {kind}'
+            f'<p>The newest of the {box.tested} tested stacks that {kind}'
             f' (<a href="#{box.line.anchor}">its line</a>): {e(versions)}'
             + (f"{'; ' if versions else ''}Python {e(box.python)}" if box.python else "")
             + (f"; {e(other)}" if other else "") + ".</p>"

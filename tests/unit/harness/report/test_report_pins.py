@@ -127,3 +127,12 @@ def test_details_start_with_what_failed_and_show_findings_side_by_side():
     body = body[:body.index("</details>\n")]
     assert body.count('<div class="inst">') == 1 and body.count("requires transformers &gt;=5.16.1,&lt;5.20") == 1
     assert body.count("not run: the install failure above") == len(report.rows[conflict].entries)
+
+
+def test_a_verdict_links_to_the_check_that_decided_it():
+    report = build_report(cpu_like_cells())
+    page = to_html(report)
+    for line in lines(report):
+        link = re.search(rf'<tr id="{line.anchor}">.*?<a class="k k-(\w+)" href="#([\w-]+)">', page).groups()
+        failing = [i for i, e in line.entries.items() if e.status in (Status.FAIL, Status.ERROR, Status.XFAIL)]
+        assert link == (line.verdict.kind, f"e{line.row}-{failing[0]}" if failing else f"r{line.row}")
