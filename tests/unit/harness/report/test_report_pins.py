@@ -136,3 +136,13 @@ def test_a_verdict_links_to_the_check_that_decided_it():
         link = re.search(rf'<tr id="{line.anchor}">.*?<a class="k k-(\w+)" href="#([\w-]+)">', page).groups()
         failing = [i for i, e in line.entries.items() if e.status in (Status.FAIL, Status.ERROR, Status.XFAIL)]
         assert link == (line.verdict.kind, f"e{line.row}-{failing[0]}" if failing else f"r{line.row}")
+
+
+def test_last_known_good_names_each_stack_once():
+    same = "transformers 5.23.0, torch 2.13.0 (cell c1, 2026-11-27, 80 pinned packages in its lock)"
+    lkg = [f"fsdp/text/{check}: {same}" for check in ("stack-smoke", "patch-parity", "nested-chunking")]
+    lkg.append("megatron/text/stack-smoke: transformers 5.9.0 (cell c2, 2026-11-26, 90 pinned packages in its lock)")
+    page = to_html(build_report(cpu_like_cells(), last_known_good=lkg))
+    section = page[page.index("<h2>Last known good</h2>"):page.index('<h2 id="details">')]
+    assert section.count("<li>") == 2 and section.count("transformers 5.23.0") == 1
+    assert "for fsdp/text/stack-smoke, fsdp/text/patch-parity, fsdp/text/nested-chunking" in section
