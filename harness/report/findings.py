@@ -60,6 +60,12 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
+def _lines(text: str, clean: Callable[[Any, int], str]) -> str:
+    """`text` cleaned line by line (a tool call or a rendered template reads by its lines), then capped."""
+    kept = "\n".join(clean(line, FINDING_TEXT_LIMIT) for line in text.splitlines())
+    return kept if len(kept) <= FINDING_TEXT_LIMIT else kept[:FINDING_TEXT_LIMIT - 1] + "\u2026"
+
+
 def findings(metrics: dict[str, Any], clean: Callable[[Any, int], str]) -> tuple[Finding, ...]:
     """The first MAX_FINDINGS mismatches of a verdict's metrics, each output cleaned by `clean`."""
     found = metrics.get("mismatches")
@@ -68,7 +74,7 @@ def findings(metrics: dict[str, Any], clean: Callable[[Any, int], str]) -> tuple
     kept = []
     for item in found[:MAX_FINDINGS]:
         if isinstance(item, dict):
-            sides = tuple((clean(key, 40), clean(_text(value), FINDING_TEXT_LIMIT))
+            sides = tuple((clean(key, 40), _lines(_text(value), clean))
                           for key, value in item.items() if key != "case")
             kept.append(Finding(clean(item.get("case", "?"), 80), sides))
     return tuple(kept)
