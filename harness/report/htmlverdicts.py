@@ -1,5 +1,5 @@
 """The parts of an entry's details that put what failed first: its sub-verdicts (failing ones shown, passing
-ones behind a count), a parser or template finding's two outputs side by side, and the install failure
+ones behind a count), a parser or template finding's input and outputs side by side, and the install failure
 a whole cell shares, said once under its heading with the resolver's reason.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ def entry_order(entries: dict[int, Entry]) -> list[tuple[int, Entry]]:
 def _finding(finding: Finding, esc: Escaper) -> str:
     heads = "".join(f'<th scope="col">{esc[label]}</th>' for label, _ in finding.sides)
     texts = "".join(f"<td>{esc[text]}</td>" for _, text in finding.sides)
-    return (f'<table class="find"><caption>{esc[finding.case]}: the outputs side by side</caption>'
+    return (f'<table class="find"><caption>{esc[finding.case]}: side by side</caption>'
             f"<tr>{heads}</tr><tr>{texts}</tr></table>")
 
 

