@@ -147,3 +147,13 @@ def test_last_known_good_names_each_stack_once():
     section = page[page.index("<h2>Last known good</h2>"):page.index('<h2 id="details">')]
     assert section.count("<li>") == 2 and section.count("transformers 5.23.0") == 1
     assert "for fsdp/text/stack-smoke, fsdp/text/patch-parity, fsdp/text/nested-chunking" in section
+
+
+def test_every_in_page_link_lands_on_an_element():
+    from harness.report.synthetic import hostile_cells, synthetic_cells
+
+    for cells in (cpu_like_cells(), synthetic_cells(120, seed=3), hostile_cells()):
+        page = to_html(build_report(cells))
+        ids = set(re.findall(r' id="([^"]+)"', page))
+        targets = set(re.findall(r' href="#([^"]+)"', page))
+        assert targets and targets <= ids, targets - ids
