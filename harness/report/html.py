@@ -21,6 +21,7 @@ from .glance import GLANCE_CSS, PINS_CSS, glance_html
 from .grid import lines as grid_lines
 from .htmltext import Escaper, ascii_html, escape_html
 from .htmlverdicts import DETAIL_CSS, entry_order, install_html, shared_install_failure, verdicts_html
+from .pins import known_good_stacks
 from .plot import PLOT_CSS, PLOT_LEGEND
 from .plotshare import SharedPlots
 from .support import KIND_LABELS, STATUS_LETTERS, RowVerdict, row_verdicts
@@ -183,14 +184,9 @@ def _cells(entries: dict[int, Entry]) -> list[dict[int, Entry]]:
 
 
 def _last_known_good(lines: list[str]) -> str:
-    """One item per stack: the history's lines name a column each, most of them with the same pins."""
-    stacks: dict[str, list[str]] = {}
-    for line in lines:
-        key, _, rest = line.partition(": ")
-        stacks.setdefault(rest or key, []).append(key if rest else "")
     return "<h2>Last known good</h2><ul>" + "".join(
-        f"<li>{escape_html(stack)}" + (f"<br>for {escape_html(', '.join(k for k in keys if k))}" if any(keys) else "")
-        + "</li>" for stack, keys in stacks.items()) + "</ul>"
+        f"<li>{escape_html(stack)}" + (f"<br>for {escape_html(', '.join(keys))}" if keys else "") + "</li>"
+        for stack, keys in known_good_stacks(lines)) + "</ul>"
 
 
 def to_html(report: Report) -> str:

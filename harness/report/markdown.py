@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from harness.results.records import Status
 
-from .pins import pins_boxes
+from .pins import known_good_stacks, pins_boxes
 from .support import KIND_LABELS, KINDS, RowVerdict, kind_counts, row_verdicts, varying_axes
 from .table import (
     ABSENT,
@@ -164,7 +164,9 @@ def _middle(report: Report) -> list[str]:
     lines += ["", "## Passing ranges", "", PASS_RANGE_RULE, ""]
     lines += [f"- **{md_text(r.axis)}**: {md_text(r.text())}" for r in report.ranges] or ["- no package axes"]
     if report.last_known_good:
-        lines += ["", "## Last known good", "", *_bullets(report.last_known_good)]
+        stacks = [stack + (f" — for {', '.join(keys)}" if keys else "")
+                  for stack, keys in known_good_stacks(report.last_known_good)]
+        lines += ["", "## Last known good", "", *_bullets(stacks)]
     return lines
 
 

@@ -92,3 +92,13 @@ def pins_boxes(report: Report) -> list[PinsBox]:
                     other.append((axis, value))
         boxes.append(PinsBox(_title(backend, with_vllm, device), best, len(members), pins, python, other))
     return boxes
+
+
+def known_good_stacks(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """Report.last_known_good ("backend/model/check: versions (cell, date, ...)") as one entry per stack with
+    the columns it holds for: most columns of a run share the same pins."""
+    stacks: dict[str, list[str]] = {}
+    for line in lines:
+        key, _, rest = line.partition(": ")
+        stacks.setdefault(rest or key, []).extend([key] if rest else [])
+    return list(stacks.items())

@@ -147,6 +147,9 @@ def test_last_known_good_names_each_stack_once():
     section = page[page.index("<h2>Last known good</h2>"):page.index('<h2 id="details">')]
     assert section.count("<li>") == 2 and section.count("transformers 5.23.0") == 1
     assert "for fsdp/text/stack-smoke, fsdp/text/patch-parity, fsdp/text/nested-chunking" in section
+    markdown = to_markdown(build_report(cpu_like_cells(), last_known_good=lkg))
+    section = markdown[markdown.index("## Last known good"):markdown.index("## Details")]
+    assert section.count("transformers 5.23.0") == 1 and section.count("\n- ") == 2
 
 
 def test_every_in_page_link_lands_on_an_element():
