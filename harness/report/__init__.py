@@ -4,9 +4,9 @@
     DIR/run.json               optional: {"matrix", "title", "notes": [...], "generated_by"}
 
 `write_report(DIR)` loads them, builds one `Report` (table.py) and renders it as report.md (markdown.py),
-report.html (html.py and glance.py, with plots from plot.py), report.json, report.junit.xml (junit.py) and
-support.json (support.py: one verdict per version combination, for other tools). Unreadable files become problems
-listed in the report; they never stop it.
+report.html (html.py; its first screen from pins.py, grid.py and glance.py, with plots from plot.py),
+report.json, report.junit.xml (junit.py) and support.json (support.py: one verdict per version combination,
+for other tools). Unreadable files become problems listed in the report; they never stop it.
 
 May import: harness.errors, harness.results, harness.checks, harness.matrix, harness.trust.
 """

@@ -20,6 +20,7 @@ from harness.results.records import CellResult, CheckResult, Status
 from harness.trust.repro import command as repro_command
 
 from . import plot
+from .findings import INSTALL_MESSAGE_LIMIT, findings, is_install_failure
 from .gcpause import gc_paused
 
 REPORT_SCHEMA_VERSION = 1
@@ -132,6 +133,7 @@ class VerdictEntry:
     status: Status
     message: str
     emulated: bool
+    findings: tuple = ()  # findings.Finding per mismatch a parser or template verdict recorded
 
 
 @dataclass(slots=True)
@@ -265,7 +267,8 @@ class Report:
 
 
 def _verdicts(check: CheckResult) -> tuple[VerdictEntry, ...]:
-    return tuple([VerdictEntry(clean_text(v.name, 60), v.status, clean_text(v.message), bool(v.emulated))
+    return tuple([VerdictEntry(clean_text(v.name, 60), v.status, clean_text(v.message), bool(v.emulated),
+                               findings(v.metrics, clean_text) if "mismatches" in v.metrics else ())
                   for v in check.verdicts])
 
 
@@ -303,8 +306,11 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
     series = plot.convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None
     rare = (not plain_log or verdicts or rejected or emulated or series or repro or flaky or attempts
             or original is not None or check.known_failure or check.failure_class or check.reused_from)
+    # An install failure keeps the resolver's reason, which comes after uv's command line.
+    message = clean_text(check.message, INSTALL_MESSAGE_LIMIT) if is_install_failure(check.message) \
+        else messages[check.message]
     return Entry(
-        cell_id, column.check, check.status, messages[check.message], check.duration, log, lock, rejected,
+        cell_id, column.check, check.status, message, check.duration, log, lock, rejected,
         verdicts, emulated, _known_failure(check.known_failure) if check.known_failure else None, original,
         series, clean_text(check.failure_class, 20) if check.failure_class else None, flaky, attempts, None, repro,
         reused_mark(check.reused_from) if check.reused_from else None, not rare,
