@@ -21,7 +21,7 @@ from harness.envs import devices
 from harness.errors import BaselineChanged, HarnessError, InputError, NewFailures
 from harness.execution import runner
 from harness.execution.lock import results_lock
-from harness.matrix import index
+from harness.matrix import index, newest
 from harness.plans import command as plan_command
 from harness.results.records import write_json_atomic
 
@@ -216,7 +216,9 @@ def cmd_run(args) -> int:
 
         validate_address(args.ray)
         import_ray()
-    cells = m.select(args.cells, args.tags)
+    cells = newest.resolve_cells(m, m.select(args.cells, args.tags))  # `newest`...: from the index, now
+    for line in sorted({f"{r.axis} {r.text()}" for c in cells for r in c.resolved}):
+        print(f"resolved: {line}", file=sys.stderr)
     # On Ray the cluster's nodes hold the devices (the dispatcher checks their resources), not this machine.
     for device in sorted({c.axes["device"] for c in cells}) if args.ray is None else ():
         devices.require(device, f"matrix {m.path.name}")

@@ -21,6 +21,7 @@ from harness.checks import CHECKS
 from harness.errors import InputError
 
 from . import axes as ax
+from . import symbols
 from .recipe import InstallRecipe, RecipeError
 from .recipe import parse as parse_recipe
 from .rules import KnownFailure, Note, RuleError, Selector, TagRule
@@ -43,6 +44,11 @@ class Cell:
     extra_requirements: tuple[str, ...] = ()  # undeclared dependencies of the pins (from [[include]])
     python: str | None = None  # the interpreter version it names (axis, else [matrix] python); None: the harness's
     install: InstallRecipe = InstallRecipe()  # steps after the pins are installed (from [[include]])
+    resolved: tuple = ()  # newest.Resolution per axis whose symbol (`newest`...) was resolved at run start
+
+    def symbolic_axes(self) -> dict[str, str]:
+        """Package axes whose value is a symbol such as `newest`, not yet resolved."""
+        return {a: v for a, v in self.axes.items() if a in ax.PACKAGE_AXES and symbols.parse(v)}
 
     @property
     def requirements(self) -> list[str]:
@@ -75,6 +81,7 @@ class Matrix:
     memory_limit_mb: int | None
     cells: list[Cell]
     notes: list[Note] = field(default_factory=list)
+    known_failures: list[KnownFailure] = field(default_factory=list)  # all of them: resolved cells match again
 
     def locate(self, distribution: str, version: str) -> str:
         """'FILE, line N' of the line that pins `version` (preferring one that names the package)."""
@@ -150,7 +157,12 @@ class _Loader:
         if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
             raise self.error(where, "expected a non-empty list of strings")
         if axis in ax.PACKAGE_AXES:
+            values = [v for value in values for v in (symbols.expand(value) or [value])]
             for value in values:
+                if symbols.looks_symbolic(value):
+                    if not symbols.parse(value):
+                        raise self.error(where, f"{value!r} is not a release rank; expected {symbols.SYNTAX}")
+                    continue
                 try:
                     version = Version(value)
                 except InvalidVersion:
@@ -318,7 +330,7 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
                           tuple(k for k in known if k.when.matches(axes)), runner, extras,
                           axes.get(ax.PYTHON_AXIS), recipe))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
-                  default_runner, meta.get("python"), memory, cells, notes)
+                  default_runner, meta.get("python"), memory, cells, notes, known)
 
 
 def _expand(ld: _Loader, products: list[tuple[dict, tuple]]) -> tuple[dict[str, dict[str, str]], dict[str, tuple]]:

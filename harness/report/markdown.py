@@ -97,6 +97,8 @@ def _details_block(report: Report, row: Row, verdict: RowVerdict) -> str:
     lines = [f"<details><summary>{html_text(verdict.label)}: {html_text(axes)}</summary>", ""]
     lines += [f"- **{md_text(report.columns[i].label)}**: {entry_text(entry)}"
               for i, entry in row.entries.items()]
+    if row.environment.get("resolved"):  # the releases `newest` and the like named on the day of the run
+        lines.append(f"- **resolved**: {md_text(row.environment['resolved'])}")
     return "\n".join([*lines, "", "</details>"])
 
 
