@@ -42,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument("--tags", nargs="+", default=None)
     lst.add_argument("--json", action="store_true")
 
+    wt = ml.add_parser("watch", help="releases newer than a matrix names, and the cells crossing them would add")
+    wt.add_argument("file", type=Path)
+    wt.add_argument("--json", action="store_true")
+    wt.add_argument("--write", type=Path, default=None, metavar="FILE", help="write those cells as a matrix file")
+    wt.add_argument("--tags", nargs="+", default=None, help="cross only into the cells with any of these tags")
+
     run = sub.add_parser("run", help="run the cells of a matrix file and write their results")
     run.add_argument("file", type=Path)
     run.add_argument("--cells", nargs="+", default=None, metavar="ID")
@@ -186,6 +192,10 @@ def _check_model_config(path: Path, kind: str) -> None:
 
 
 def cmd_matrix(args) -> int:
+    if args.action == "watch":
+        from harness.matrix.watch_cli import main as watch
+
+        return watch(args.file, args.json, args.write, args.tags)
     m = matrix.load(args.file)
     cells = m.select(tags=args.tags) if args.tags else m.cells
     if args.json:
