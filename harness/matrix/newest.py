@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,8 @@ def allows(spec: SpecifierSet, version: Version) -> bool:
 def constraints(environ: dict[str, str] | None = None) -> dict[str, SpecifierSet]:
     """Distribution -> the specifier this machine's pip constraint files (forwarded to uv) put on it."""
     found: dict[str, SpecifierSet] = {}
-    for name in pipconfig.uv_environment(environ).get("UV_CONSTRAINT", "").split():
+    environ = dict(os.environ if environ is None else environ)  # UV_CONSTRAINT set (the noxfile sets it) wins
+    for name in (environ.get("UV_CONSTRAINT") or pipconfig.uv_environment(environ).get("UV_CONSTRAINT", "")).split():
         try:
             lines = Path(name).read_text(encoding="utf-8").splitlines()
         except OSError:

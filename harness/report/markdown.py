@@ -126,8 +126,10 @@ def _head(report: Report, verdicts: list[RowVerdict], shown: list[int]) -> tuple
     """The lines before the compact table's body, and its header."""
     counts = kind_counts(verdicts)
     _, constant = varying_axes(report)
-    head = [f"# {md_text(report.title)}", "",
-            f"**{len(report.rows)} version combinations:** "
+    head = [f"# {md_text(report.title)}", ""]
+    if report.first_bad:  # a new release that broke a check, bisected: the first thing a reader sees
+        head += ["## First bad release", "", *(f"- {md_text(line)}" for line in report.first_bad), ""]
+    head += [f"**{len(report.rows)} version combinations:** "
             + " · ".join(f"{KIND_LABELS[k]} {counts[k]}" for k in KINDS if counts[k]), ""]
     if constant:
         head += ["Same in every row: " + md_text(", ".join(f"{a} {v}" for a, v in constant.items())), ""]

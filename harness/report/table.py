@@ -253,6 +253,7 @@ class Report:
     has_emulated: bool = False
     changes: dict[str, int] | None = None  # counts per kind against a previous run, None without one
     last_known_good: list[str] = field(default_factory=list)
+    first_bad: list[str] = field(default_factory=list)  # first bad releases found by bisection (trust/first_bad.py)
 
     @property
     def description(self) -> str:
