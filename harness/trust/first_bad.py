@@ -54,7 +54,9 @@ def _result(directory: Path, cell_id: str) -> CellResult | None:
 
 
 def turns(watch: dict, base: Path, new: Path) -> list[Turn]:
-    found = []
+    """The turns, one per origin cell, check and package: the newest release that turned it (one bisection
+    covers the older ones)."""
+    found: dict[tuple[str, str, str], Turn] = {}
     for release in watch.get("releases", []):
         for crossing in release.get("cells", []):
             if crossing.get("conflict"):
@@ -64,11 +66,14 @@ def turns(watch: dict, base: Path, new: Path) -> list[Turn]:
                 continue
             for outcome in after.checks:
                 earlier = before.check(outcome.check)
-                if earlier is not None and earlier.status == Status.PASS and outcome.status in TURNED:
-                    found.append(Turn(release["axis"], release["distribution"], release["named"], release["version"],
+                if earlier is None or earlier.status != Status.PASS or outcome.status not in TURNED:
+                    continue
+                key = (crossing["origin"], outcome.check, release["distribution"])
+                if key not in found or Version(found[key].bad) < Version(release["version"]):
+                    found[key] = Turn(release["axis"], release["distribution"], release["named"], release["version"],
                                       outcome.check, crossing["origin"], crossing["id"], outcome.status.value,
-                                      outcome.message[:500]))
-    return found
+                                      outcome.message[:500])
+    return list(found.values())
 
 
 def first_bad(turn: Turn, m: Matrix, run_one: Callable[[Cell], CellResult], index: PackageIndex | None = None) -> dict:
