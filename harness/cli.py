@@ -226,12 +226,13 @@ def cmd_run(args) -> int:
 
         validate_address(args.ray)
         import_ray()
-    cells = newest.resolve_cells(m, m.select(args.cells, args.tags))  # `newest`...: from the index, now
-    for line in sorted({f"{r.axis} {r.text()}" for c in cells for r in c.resolved}):
-        print(f"resolved: {line}", file=sys.stderr)
+    cells = m.select(args.cells, args.tags)
     # On Ray the cluster's nodes hold the devices (the dispatcher checks their resources), not this machine.
     for device in sorted({c.axes["device"] for c in cells}) if args.ray is None else ():
         devices.require(device, f"matrix {m.path.name}")
+    cells = newest.resolve_cells(m, cells)  # `newest` and the like: releases on the index now (matrix/newest.py)
+    for line in sorted({f"{r.axis} {r.text()}" for c in cells for r in c.resolved}):
+        print(f"resolved: {line}", file=sys.stderr)
     if not args.no_index_check:
         wanted: dict[str, set[str]] = {}
         for cell in cells:

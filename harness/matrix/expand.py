@@ -21,7 +21,7 @@ from harness.checks import CHECKS
 from harness.errors import InputError
 
 from . import axes as ax
-from . import symbols
+from . import derived, symbols
 from .recipe import InstallRecipe, RecipeError
 from .recipe import parse as parse_recipe
 from .rules import KnownFailure, Note, RuleError, Selector, TagRule
@@ -159,6 +159,11 @@ class _Loader:
         if axis in ax.PACKAGE_AXES:
             values = [v for value in values for v in (symbols.expand(value) or [value])]
             for value in values:
+                if derived.source_axis(value) is not None:
+                    if not derived.is_valid(value) or where == "axes" or where.startswith("axes."):
+                        raise self.error(where, f"{value!r}: expected as-pinned-by-AXIS in an [[include]], AXIS "
+                                                f"one of {', '.join(ax.PACKAGE_AXES)}")
+                    continue
                 if symbols.looks_symbolic(value):
                     if not symbols.parse(value):
                         raise self.error(where, f"{value!r} is not a release rank; expected {symbols.SYNTAX}")
@@ -287,6 +292,9 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         recipe = ld.recipe(entry.pop("install", None), f"include[{i}].install")
         products.append(({**base, **ld.axes_table(entry, f"include[{i}]")}, (extras, recipe)))
     combos, extra_for = _expand(ld, products)  # extra_for: cell id -> (extra pins, install recipe)
+    if any(derived.source_axis(v) for axes in combos.values() for v in axes.values()):  # as-pinned-by-AXIS
+        derived.substitute(combos, extra_for, python, derived.lookup_for(path),
+                           lambda axis, what: ld.error(f"include.{axis}", what))
 
     defaulted = set()  # rules see [matrix] python as the interpreter of cells that name none; their ids do not
     for cid, axes in combos.items():

@@ -118,10 +118,13 @@ def _pick(files: list[ReleaseFile], version: Version) -> ReleaseFile | None:
 class MetadataSource:
     """Declared requirements of (distribution, version) on one index, cached under `cache_root`."""
 
-    def __init__(self, index: PackageIndex, cache_root: Path | None = None, today: dt.date | None = None):
+    def __init__(self, index: PackageIndex, cache_root: Path | None = None, today: dt.date | None = None,
+                 per_index: bool = True):
+        """`per_index`: one cache folder per index URL; False: one folder whatever the index (the matrices'
+        cache, which each file's `index` still names)."""
         self.index, self.today = index, today or dt.date.today()
         digest = hashlib.sha256(index.url.encode()).hexdigest()[:12]
-        self.cache = (cache_root or CACHE_ROOT) / digest
+        self.cache = (cache_root or CACHE_ROOT) / (digest if per_index else "")
 
     def declared(self, distribution: str, version: Version | str) -> Declared:
         name, version = canonicalize_name(distribution), Version(str(version))
