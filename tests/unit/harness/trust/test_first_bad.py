@@ -109,3 +109,23 @@ def test_no_turn_where_the_origin_already_failed_or_the_new_release_passes(fake,
         for crossing in release.cells:
             runner(fake, tmp_path, new, ran)(matrix.Cell(m.name, crossing.id, crossing.axes, (), m.checks))
     assert turns({"releases": [r.to_dict() for r in releases]}, base, new) == []
+
+
+def _night(directory, version, status):
+    resolved = [{"axis": "transformers", "symbol": "newest", "version": version, "date": "2026-11-27",
+                 "index": "file:///i", "text": f"{version}, newest on 2026-11-27"}]
+    result = CellResult("fb", "fsdp-text-tfnewest", {"backend": "fsdp", "transformers": version},
+                        checks=[CheckResult("stack-smoke", status, "")], environment={"resolved": resolved})
+    write_json_atomic(cell_path(directory, result.cell_id), result.to_dict())
+
+
+def test_a_newest_cell_that_moved_to_a_failing_release_is_a_turn(tmp_path):
+    from harness.trust.first_bad import turns_of_newest
+
+    _night(tmp_path / "previous", "5.24.0", Status.PASS)
+    _night(tmp_path / "tonight", "5.25.0", Status.AFFECTED)
+    _night(tmp_path / "same", "5.24.0", Status.FAIL)  # the same release failing: no release to bisect
+    found = turns_of_newest(tmp_path / "previous", tmp_path / "tonight")
+    assert [(t.distribution, t.good, t.bad, t.origin, t.status) for t in found] == [
+        ("transformers", "5.24.0", "5.25.0", "fsdp-text-tfnewest", "affected")]
+    assert turns_of_newest(tmp_path / "previous", tmp_path / "same") == []
