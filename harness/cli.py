@@ -414,7 +414,7 @@ def cmd_bisect(args) -> int:
 
     def run_one(cell):
         print(f"bisect: running {cell.id}", file=sys.stderr)
-        return run_cell(cell, m, opts)
+        return run_cell(newest.resolve_cells(m, [cell])[0], m, opts)  # a template's other `newest` axes
 
     with results_lock(out):
         result = run_bisect(m, args.package, args.good, args.bad, args.check, args.verdict, args.cell_template,
