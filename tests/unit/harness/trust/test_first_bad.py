@@ -129,3 +129,6 @@ def test_a_newest_cell_that_moved_to_a_failing_release_is_a_turn(tmp_path):
     assert [(t.distribution, t.good, t.bad, t.origin, t.status) for t in found] == [
         ("transformers", "5.24.0", "5.25.0", "fsdp-text-tfnewest", "affected")]
     assert turns_of_newest(tmp_path / "previous", tmp_path / "same") == []
+    write_report(tmp_path / "tonight", formats=["md"])  # the row says which release `newest` was, and when
+    md = (tmp_path / "tonight" / "report.md").read_text()
+    assert "- **resolved**: transformers 5.25.0, newest on 2026-11-27" in md
