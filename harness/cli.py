@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness import checks, matrix
 from harness.envs import devices
-from harness.errors import BaselineChanged, HarnessError, InputError, NewFailures
+from harness.errors import INTERRUPTED, BaselineChanged, HarnessError, InputError, NewFailures
 from harness.execution import runner
 from harness.execution.lock import results_lock
 from harness.matrix import index, newest
@@ -478,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
 
 
 

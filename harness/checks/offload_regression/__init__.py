@@ -10,7 +10,7 @@ Two verdicts:
 Each verdict is computed two ways. (a) The meta-device emulation (`harness.checks.offload_regression.emulation`):
 the weight lives on `meta` between calls and is real only inside `pos_embed`'s own forward.
 (b) Real FSDP2 with `CPUOffloadPolicy` and `pos_embed` as its own unit, 2 ranks
-(`_offload_fsdp_worker`): on CPU forked from the check's process (harness.checks.support.forked_ranks: no torchrun
+(`fsdp_worker`): on CPU forked from the check's process (harness.checks.support.forked_ranks: no torchrun
 start, no second import of torch and transformers), on accelerators under torchrun. On a CPU-only
 machine the compute device *is* the CPU, so (b) cannot show the bug: there (a) decides and (b) is
 recorded as evidence. On CUDA and NPU, (b) decides.
