@@ -21,7 +21,7 @@ from harness.envs import devices
 from harness.errors import INTERRUPTED, BaselineChanged, HarnessError, InputError, NewFailures
 from harness.execution import runner
 from harness.execution.lock import results_lock
-from harness.matrix import index
+from harness.matrix import index, newest
 from harness.plans import command as plan_command
 from harness.results.records import write_json_atomic
 
@@ -41,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument("file", type=Path)
     lst.add_argument("--tags", nargs="+", default=None)
     lst.add_argument("--json", action="store_true")
+
+    wt = ml.add_parser("watch", help="releases newer than a matrix names, and the cells crossing them would add")
+    wt.add_argument("file", type=Path)
+    wt.add_argument("--json", action="store_true")
+    wt.add_argument("--write", type=Path, default=None, metavar="FILE", help="write those cells as a matrix file")
+    wt.add_argument("--tags", nargs="+", default=None, help="cross only into the cells with any of these tags")
 
     run = sub.add_parser("run", help="run the cells of a matrix file and write their results")
     run.add_argument("file", type=Path)
@@ -186,6 +192,10 @@ def _check_model_config(path: Path, kind: str) -> None:
 
 
 def cmd_matrix(args) -> int:
+    if args.action == "watch":
+        from harness.matrix.watch_cli import main as watch
+
+        return watch(args.file, args.json, args.write, args.tags)
     m = matrix.load(args.file)
     cells = m.select(tags=args.tags) if args.tags else m.cells
     if args.json:
@@ -220,6 +230,9 @@ def cmd_run(args) -> int:
     # On Ray the cluster's nodes hold the devices (the dispatcher checks their resources), not this machine.
     for device in sorted({c.axes["device"] for c in cells}) if args.ray is None else ():
         devices.require(device, f"matrix {m.path.name}")
+    cells = newest.resolve_cells(m, cells)  # `newest` and the like: releases on the index now (matrix/newest.py)
+    for line in sorted({f"{r.axis} {r.text()}" for c in cells for r in c.resolved}):
+        print(f"resolved: {line}", file=sys.stderr)
     if not args.no_index_check:
         wanted: dict[str, set[str]] = {}
         for cell in cells:
@@ -401,7 +414,7 @@ def cmd_bisect(args) -> int:
 
     def run_one(cell):
         print(f"bisect: running {cell.id}", file=sys.stderr)
-        return run_cell(cell, m, opts)
+        return run_cell(newest.resolve_cells(m, [cell])[0], m, opts)  # a template's other `newest` axes
 
     with results_lock(out):
         result = run_bisect(m, args.package, args.good, args.bad, args.check, args.verdict, args.cell_template,

@@ -251,6 +251,8 @@ def _finish(result: CellResult, cell: Cell, opts: RunOptions, start: float) -> C
     result.finished, result.duration = now(), round(time.perf_counter() - start, 3)
     # How to install the row by hand, whatever happened: a row whose pins conflict needs it most.
     result.environment["install"] = cell.install_order()
+    if cell.resolved:  # which releases `newest` and the like named on the day of the run
+        result.environment["resolved"] = [r.to_dict() for r in cell.resolved]
     reapply_known_failures(result, cell)  # the kept results, too
     write_json_atomic(cell_path(opts.out_dir, result.cell_id), result.to_dict())
     return result

@@ -169,6 +169,18 @@ def last_known_good_lines(history: dict) -> list[str]:
     return lines
 
 
+def first_bad_lines(report_dir: Path) -> tuple[list[str], list[str]]:
+    """The findings of DIR/first-bad.json (harness/trust/first_bad.py) as text, and problems reading it."""
+    path = report_dir / "first-bad.json"
+    if not path.exists():
+        return [], []
+    try:
+        findings = json.loads(path.read_text(encoding="utf-8")).get("findings", [])
+        return [clean_text(str(f["text"]), 2000) for f in findings], []
+    except (OSError, ValueError, AttributeError, TypeError, KeyError) as exc:
+        return [], [clean_text(f"first-bad.json: unreadable ({type(exc).__name__}: {exc})", 300)]
+
+
 def compare_with(cells: list[CellResult], previous_dir: Path | str) -> tuple[list, list[str]]:
     """Changes against a previous results directory (for example a downloaded CI artifact)."""
     from harness.results.compare import compare
@@ -210,6 +222,8 @@ def render_report(report_dir: Path | str, formats: Iterable[str] = DEFAULT_FORMA
     report = build_report(cells, title=title, notes=[*info.get("notes", []), *notes, *generated],
                           problems=[*problems, *run_problems, *previous_problems], last_known_good=lkg,
                           changes=None if changes is None else {(c.cell_id, c.check): c.kind for c in changes})
+    report.first_bad, bad_problems = first_bad_lines(report_dir)
+    report.problems += bad_problems
     written = []
     for fmt in dict.fromkeys(formats):
         path = report_dir / FORMATS[fmt]

@@ -143,7 +143,7 @@ def _preamble(report: Report, verdicts: list[RowVerdict]) -> list[str]:
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
            f"<title>{e(report.title)}</title><style>{CSS}{GLANCE_CSS}{PINS_CSS}{DETAIL_CSS}{PLOT_CSS}</style>"
            '</head><body><a class="skip" href="#details">Skip to the details</a>',
-           f"<h1>{e(report.title)}</h1>", *glance_html(report, verdicts),
+           f"<h1>{e(report.title)}</h1>", *_first_bad(report), *glance_html(report, verdicts),
            f"<p>{e(report.description)}</p>",
            "<p><strong>Summary (checks):</strong> " + _DOT.join(
                f"{_STATUS[Status(name)]}: {count}" for name, count in report.summary.items()) + "</p>"]
@@ -239,3 +239,10 @@ def to_html(report: Report) -> str:
             page.append(f"<h2>{heading}</h2><ul>" + "".join(f"<li>{e(item)}</li>" for item in items) + "</ul>\n")
     page.append("</body></html>\n")
     return "".join(page)
+
+
+def _first_bad(report: Report) -> list[str]:
+    """First bad releases found by bisection, above the table (harness/trust/first_bad.py)."""
+    if not report.first_bad:
+        return []
+    return ["<h2>First bad release</h2><ul>", *(f"<li>{escape_html(line)}</li>" for line in report.first_bad), "</ul>"]

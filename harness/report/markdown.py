@@ -98,6 +98,8 @@ def _details_block(report: Report, row: Row, verdict: RowVerdict) -> str:
     lines = [f"<details><summary>{html_text(verdict.label)}: {html_text(axes)}</summary>", ""]
     lines += [f"- **{md_text(report.columns[i].label)}**: {entry_text(entry)}"
               for i, entry in row.entries.items()]
+    if row.environment.get("resolved"):  # the releases `newest` and the like named on the day of the run
+        lines.append(f"- **resolved**: {md_text(row.environment['resolved'])}")
     return "\n".join([*lines, "", "</details>"])
 
 
@@ -137,8 +139,10 @@ def _head(report: Report, verdicts: list[RowVerdict], shown: list[int]) -> tuple
     """The lines before the compact table's body, and its header."""
     counts = kind_counts(verdicts)
     _, constant = varying_axes(report)
-    head = [f"# {md_text(report.title)}", "",
-            f"**{len(report.rows)} version combinations:** "
+    head = [f"# {md_text(report.title)}", ""]
+    if report.first_bad:  # a new release that broke a check, bisected: the first thing a reader sees
+        head += ["## First bad release", "", *(f"- {md_text(line)}" for line in report.first_bad), ""]
+    head += [f"**{len(report.rows)} version combinations:** "
             + " · ".join(f"{KIND_LABELS[k]} {counts[k]}" for k in KINDS if counts[k]), ""]
     head += _pins_lines(report)
     if constant:

@@ -255,6 +255,7 @@ class Report:
     has_emulated: bool = False
     changes: dict[str, int] | None = None  # counts per kind against a previous run, None without one
     last_known_good: list[str] = field(default_factory=list)
+    first_bad: list[str] = field(default_factory=list)  # first bad releases found by bisection (trust/first_bad.py)
 
     @property
     def description(self) -> str:
@@ -338,6 +339,10 @@ def _environment(cell: CellResult, cleaned: _Cleaned) -> dict[str, str]:
             value = ", ".join(map(str, value))
         if value:
             shown[key] = cleaned[value] if isinstance(value, str) else clean_text(value, 200)
+    resolved = cell.environment.get("resolved")
+    if isinstance(resolved, list) and resolved:  # "transformers 5.24.0, newest on 2026-11-27" (matrix/newest.py)
+        shown["resolved"] = clean_text("; ".join(f"{r.get('axis', '')} {r.get('text', '')}" for r in resolved
+                                                 if isinstance(r, dict)), 300)
     steps = cell.environment.get("install")
     if isinstance(steps, list) and steps:  # the row's install order: numbered, and longer than other values
         shown["install"] = clean_text(" ".join(f"{n}. {step}" for n, step in enumerate(steps, 1)), 1500)
