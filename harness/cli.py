@@ -23,6 +23,7 @@ from harness.execution import runner
 from harness.execution.lock import results_lock
 from harness.matrix import index
 from harness.plans import command as plan_command
+from harness.preflight import command as preflight_command
 from harness.results.records import write_json_atomic
 
 
@@ -124,6 +125,8 @@ def _parser() -> argparse.ArgumentParser:
     jm.add_argument("--matrices", type=Path, default=Path("matrices"))
     jm.add_argument("--container", choices=("yes", "no", "any"), default="any",
                     help="only cells that run in a container image (yes), only those that do not (no)")
+    jm.add_argument("--preflight", type=Path, default=None, metavar="RESULTS",
+                    help="leave out the cells whose pre-flight under RESULTS/<matrix>/preflight/ cannot install")
     sm = gha.add_parser("summary", help="print a report's Markdown cut below GitHub's 1 MiB summary limit")
     sm.add_argument("markdown", type=Path)
     sm.add_argument("--link", required=True, help="where the full report is published")
@@ -131,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     cy.add_argument("previous", type=Path)
     cy.add_argument("results", type=Path)
     plan_command.add_parser(sub)
+    preflight_command.add_parser(sub)
     return top
 
 
@@ -419,7 +423,15 @@ def cmd_ci(args) -> int:
 
     if args.action == "matrix":
         container = {"yes": True, "no": False, "any": None}[args.container]
-        print(ci.main_matrix(args.listing, args.matrices, container))
+        jobs = ci.main_matrix(args.listing, args.matrices, container)
+        if args.preflight is not None:
+            from harness.preflight.dispatch import installable_jobs
+
+            kept, dropped = installable_jobs(json.loads(jobs), args.preflight)
+            jobs = json.dumps(kept)
+            for line in dropped:
+                print(line, file=sys.stderr)
+        print(jobs)
         return 0
     if args.action == "carry":
         from harness.ci.carry import carry
@@ -437,7 +449,7 @@ def cmd_ci(args) -> int:
 
 COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo,
             "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect, "plan": plan_command.cmd_plan,
-            "checkserver": cmd_checkserver}
+            "checkserver": cmd_checkserver, "preflight": preflight_command.cmd_preflight}
 
 
 def _interrupt_on_signals() -> None:

@@ -2,6 +2,7 @@
 
     DIR/cells/<cell-id>.json   one CellResult per cell (logs and lock files under DIR/cells/<cell-id>/)
     DIR/run.json               optional: {"matrix", "title", "notes": [...], "generated_by"}
+    DIR/preflight/cells/*.json the CPU pre-flight's install verdicts, shown for cells with no runner result yet
 
 `write_report(DIR)` loads them, builds one `Report` (table.py) and renders it as report.md (markdown.py),
 report.html (html.py and glance.py, with plots from plot.py), report.json, report.junit.xml (junit.py) and
@@ -20,7 +21,7 @@ from typing import Any
 from harness.errors import InputError, ResultsError
 from harness.results.records import CellResult, load_cell, write_text_atomic
 
-from . import history
+from . import history, preflight_rows
 from .gcpause import gc_paused
 from .html import to_html
 from .jsontext import json_text
@@ -46,9 +47,12 @@ def _problem(name: str, exc: BaseException) -> str:
 def load_results(report_dir: Path | str) -> tuple[list[CellResult], list[str]]:
     """Every readable cell of DIR/cells/*.json, and one line per file that could not be used."""
     cells_dir = Path(report_dir) / "cells"
-    if not cells_dir.is_dir():
-        return [], [f"{cells_dir.name}/: no such directory in {Path(report_dir).name or report_dir}"]
     cells, problems = [], []
+    if not cells_dir.is_dir():
+        cells = preflight_rows.awaiting(Path(report_dir), set(), problems)  # pre-flighted, never run
+        if not cells:
+            return [], [f"{cells_dir.name}/: no such directory in {Path(report_dir).name or report_dir}"]
+        return cells, problems
     for path in sorted(cells_dir.glob("*.json")):
         name = f"cells/{path.name}"
         if path.name.startswith("."):
@@ -60,7 +64,8 @@ def load_results(report_dir: Path | str) -> tuple[list[CellResult], list[str]]:
             cells.append(load_cell(path))
         except Exception as exc:  # noqa: BLE001 - any malformed content is a problem line, never a crash
             problems.append(_problem(name, exc))
-    return cells, problems
+    # Cells no runner has run yet show their CPU pre-flight verdict, marked as such, until a runner result exists.
+    return cells + preflight_rows.awaiting(Path(report_dir), {c.cell_id for c in cells}, problems), problems
 
 
 def read_run_info(report_dir: Path | str) -> tuple[dict[str, Any], list[str]]:
