@@ -32,9 +32,11 @@ from . import verdicts
 
 DEFAULT_GLIBC = "2_28"  # the manylinux the runners' wheels are chosen for (uv's --python-platform)
 _IMAGE_PYTHON = re.compile(r"[-_]py(3)\.?(\d{1,2})(?:$|[-_.])")
-_SOURCE_ONLY = re.compile(r"(?P<pin>[A-Za-z0-9._-]+==[A-Za-z0-9.+!_-]+) has no usable wheels")
-_OTHER_PLATFORMS = re.compile(r"(?P<pin>[A-Za-z0-9._-]+==[A-Za-z0-9.+!_-]+) has no wheels with a matching [A-Za-z ]*tag")
-_AVAILABLE_ON = re.compile(r"Wheels are available for `[^`]+` \([^)]*\) on the following platforms?: (?P<tags>.+)")
+_PIN = r"(?P<pin>[A-Za-z0-9._-]+==[A-Za-z0-9.+!_-]+)"
+_SOURCE_ONLY = re.compile(_PIN + r" has no usable wheels")
+_OTHER_PLATFORMS = re.compile(_PIN + r" has no wheels with a matching [A-Za-z ]*tag")
+_AVAILABLE_ON = re.compile(
+    r"Wheels are available for `[^`]+` \([^)]*\) on the following platforms?: (?P<tags>.+)")
 METHOD = "pins-only-binary/1"  # how resolutions are made: part of the cache key, so a change forgets old answers
 UNRESOLVABLE = ("No solution found", "unsatisfiable")  # uv's words for a conflict (as harness/execution/run.py)
 TIMEOUT_S = 300.0
