@@ -6,7 +6,7 @@
     DIR/preflight/preflight.json              every cell's verdict, for the nightly's dispatch
 
 A runner run reads and writes only DIR/cells/, so these results never stop a cell from running; the report
-shows them for the cells that have no runner result yet (harness/report/preflight_rows.py).
+shows them for the cells that have no runner result yet (harness/report/added_rows.py).
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def cell_result(matrix_name: str, cell: Cell, resolution: Resolution, target: Ta
                         [_check_result(name, cell, resolution) for name in cell.checks], lock=lock,
                         started=stamp, finished=stamp, duration=resolution.seconds)
     result.environment = {"preflight": resolution.verdict, "evidence": evidence_line(stamp[:10]),
-                          "python": target.python, "platform": target.platform, "install": cell.install_order()}
+                          "target": str(target), "install": cell.install_order()}
     if resolution.built:
         result.environment["built_on_runner"] = list(resolution.built)
     return result

@@ -3,6 +3,7 @@
     DIR/cells/<cell-id>.json   one CellResult per cell (logs and lock files under DIR/cells/<cell-id>/)
     DIR/run.json               optional: {"matrix", "title", "notes": [...], "generated_by"}
     DIR/preflight/cells/*.json the CPU pre-flight's install verdicts, shown for cells with no runner result yet
+    DIR/evidence/cells/*.json  an offline box's results (run --here), shown as more rows (added_rows.py)
 
 `write_report(DIR)` loads them, builds one `Report` (table.py) and renders it as report.md (markdown.py),
 report.html (html.py and glance.py, with plots from plot.py), report.json, report.junit.xml (junit.py) and
@@ -21,7 +22,7 @@ from typing import Any
 from harness.errors import InputError, ResultsError
 from harness.results.records import CellResult, load_cell, write_text_atomic
 
-from . import history, preflight_rows
+from . import added_rows, history
 from .gcpause import gc_paused
 from .html import to_html
 from .jsontext import json_text
@@ -49,7 +50,7 @@ def load_results(report_dir: Path | str) -> tuple[list[CellResult], list[str]]:
     cells_dir = Path(report_dir) / "cells"
     cells, problems = [], []
     if not cells_dir.is_dir():
-        cells = preflight_rows.awaiting(Path(report_dir), set(), problems)  # pre-flighted, never run
+        cells = added_rows.added(Path(report_dir), set(), problems)  # pre-flighted or run offline only
         if not cells:
             return [], [f"{cells_dir.name}/: no such directory in {Path(report_dir).name or report_dir}"]
         return cells, problems
@@ -64,8 +65,8 @@ def load_results(report_dir: Path | str) -> tuple[list[CellResult], list[str]]:
             cells.append(load_cell(path))
         except Exception as exc:  # noqa: BLE001 - any malformed content is a problem line, never a crash
             problems.append(_problem(name, exc))
-    # Cells no runner has run yet show their CPU pre-flight verdict, marked as such, until a runner result exists.
-    return cells + preflight_rows.awaiting(Path(report_dir), {c.cell_id for c in cells}, problems), problems
+    # Offline evidence, and the CPU pre-flight verdicts of cells no runner has run yet (added_rows.py).
+    return cells + added_rows.added(Path(report_dir), {c.cell_id for c in cells}, problems), problems
 
 
 def read_run_info(report_dir: Path | str) -> tuple[dict[str, Any], list[str]]:

@@ -330,7 +330,7 @@ def _environment(cell: CellResult, cleaned: _Cleaned) -> dict[str, str]:
         shown["evidence"] = clean_text(cell.environment["evidence"], 300)
     accelerator = cell.axes.get("device", "cpu") != "cpu"
     # On an accelerator the row says which GPU, driver and torch build gave it, and when (the evidence of a runner).
-    keys = ("python", "platform", "os", "cpu", "cuda", *(("driver", "torch") if accelerator else ()), "cann",
+    keys = ("python", "target", "os", "cpu", "cuda", *(("driver", "torch") if accelerator else ()), "cann",
             "devices", "image_digest")
     for key in keys:
         value = cell.environment.get(key)
