@@ -22,6 +22,7 @@ from harness.errors import BaselineChanged, HarnessError, InputError, NewFailure
 from harness.execution import runner
 from harness.execution.lock import results_lock
 from harness.matrix import index
+from harness.offline import command as offline_command
 from harness.plans import command as plan_command
 from harness.preflight import command as preflight_command
 from harness.results.records import write_json_atomic
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--ray", default=None, metavar="ADDRESS",
                      help="run the cells as Ray tasks on a cluster: host:port, ray://host:port, auto, or local "
                           "(starts one on this machine)")
+    offline_command.add_run_options(run)
 
     chk = sub.add_parser("check", help="run one check in the current environment")
     chk.add_argument("name")
@@ -135,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     cy.add_argument("results", type=Path)
     plan_command.add_parser(sub)
     preflight_command.add_parser(sub)
+    offline_command.add_parser(sub)
     return top
 
 
@@ -205,10 +208,17 @@ def cmd_matrix(args) -> int:
 def cmd_run(args) -> int:
     from harness.execution.run import RunOptions, run_matrix
 
-    m = matrix.load(args.file)
     unknown = checks.unknown_checks(args.checks or [])
     if unknown:
         raise InputError(f"--checks: unknown check {unknown[0]!r}; expected one of {', '.join(checks.CHECKS)}")
+    if args.here:  # on the interpreter at hand, from a wheelhouse only: no index, no environment (harness/offline)
+        _check_seed_and_steps(args)
+        return offline_command.run_here(args, lambda m, cells, prepare: _run_here(args, m, cells, prepare))
+    extra = next((o for o, v in (("--wheelhouse", args.wheelhouse), ("--device", args.device), ("--have", args.have),
+                                 ("--dry-run", args.dry_run)) if v), None)
+    if extra:
+        raise InputError(f"{extra}: only with --here")
+    m = matrix.load(args.file)
     jobs = _jobs(args.jobs)
     _check_seed_and_steps(args)
     if not 0 <= args.retries <= 10:
@@ -255,6 +265,20 @@ def cmd_run(args) -> int:
         if not args.no_report:
             _write_report(out)
     return 0
+
+
+def _run_here(args, m, cells, prepare) -> None:
+    from harness.execution.run import RunOptions, run_matrix
+
+    out = args.out or Path("reports") / m.name
+    opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=1, redo=args.redo, checks=tuple(args.checks or ()),
+                      seed=args.seed, steps=args.steps, timeout=args.timeout, retries=args.retries, reuse=False,
+                      fork=not args.no_fork, prepare=prepare)
+    with results_lock(out):
+        print(f"matrix {m.name}: {len(cells)} rows here on {sys.executable} -> {out}", file=sys.stderr)
+        run_matrix(m, cells, opts)
+        if not args.no_report:
+            _write_report(out)
 
 
 def _jobs(value: str) -> int | None:
@@ -449,7 +473,8 @@ def cmd_ci(args) -> int:
 
 COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo,
             "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect, "plan": plan_command.cmd_plan,
-            "checkserver": cmd_checkserver, "preflight": preflight_command.cmd_preflight}
+            "checkserver": cmd_checkserver, "preflight": preflight_command.cmd_preflight,
+            "wheelhouse": offline_command.cmd_wheelhouse}
 
 
 def _interrupt_on_signals() -> None:
