@@ -122,3 +122,15 @@ def test_the_evidence_matrix_dry_runs_on_a_cpu(tmp_path, monkeypatch, capsys):
                        "--have", str(changed), "--dry-run"])
     err = capsys.readouterr().err
     assert status == 2 and "transformers: the interpreter has 5.16.1, the row declares 5.17.0" in err
+
+    for stale in (tmp_path / "wh").glob("mbridge-*.whl"):  # a wheelhouse without a row's wheel: refused
+        stale.unlink()
+    status = cli.main(["run", str(EVIDENCE), "--here", "--wheelhouse", str(tmp_path / "wh"), "--device", "cpu",
+                       "--have", str(BOX), "--dry-run"])
+    err = capsys.readouterr().err
+    assert status == 2 and "cannot install from it offline" in err and "megatron-text" in err
+
+
+def test_offline_options_need_here(capsys):
+    assert cli.main(["run", str(EVIDENCE), "--wheelhouse", "wheels"]) == 2
+    assert "--wheelhouse: only with --here" in capsys.readouterr().err

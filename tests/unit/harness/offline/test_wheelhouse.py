@@ -76,3 +76,14 @@ def test_a_bad_package_list_names_its_line(tmp_path):
     path.write_text("torch==2.11.0\nmy-build @ file:///x\n")
     with pytest.raises(InputError, match=r"freeze.txt, line 2: .*not a name==version"):
         have.read(path)
+
+
+def test_a_wheel_whose_hash_is_not_the_indexs_is_not_kept(tmp_path):
+    from harness.errors import EnvironmentMissing
+    from harness.offline.wheelhouse import Wheel, _fetch
+
+    source = wheel(tmp_path, "alpha", "1.0")
+    (tmp_path / "wh").mkdir()
+    with pytest.raises(EnvironmentMissing, match="sha256"):
+        _fetch(Wheel("alpha", "1.0", source.as_uri(), None, "0" * 64), tmp_path / "wh")
+    assert not any((tmp_path / "wh").iterdir())
