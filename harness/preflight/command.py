@@ -48,7 +48,7 @@ def cmd_preflight(args) -> int:
     cells = m.select(args.cells, args.tags)
     out = args.out or Path("reports") / m.name
     start = time.perf_counter()
-    answers = Cache(None if args.no_cache else args.cache, args.max_age * 3600)
+    answers = Resolver(None if args.no_cache else args.cache, args.max_age * 3600)
     planned = [(cell, target_for(cell, args.python)) for cell in cells]
     # Cells that differ only in model or backend share their pins: one resolver call each.
     unique = {answers.key(cell, target): (cell, target) for cell, target in planned}
@@ -70,7 +70,7 @@ def cmd_preflight(args) -> int:
     return 0
 
 
-class Cache:
+class Resolver:
     """The resolver behind the answer cache, counting its calls."""
 
     def __init__(self, directory: Path | None, max_age_s: float):
