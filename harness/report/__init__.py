@@ -2,6 +2,8 @@
 
     DIR/cells/<cell-id>.json   one CellResult per cell (logs and lock files under DIR/cells/<cell-id>/)
     DIR/run.json               optional: {"matrix", "title", "notes": [...], "generated_by"}
+    DIR/preflight/cells/*.json the CPU pre-flight's install verdicts, shown for cells with no runner result yet
+    DIR/evidence/cells/*.json  an offline box's results (run --here), shown as more rows (added_rows.py)
 
 `write_report(DIR)` loads them, builds one `Report` (table.py) and renders it as report.md (markdown.py),
 report.html (html.py; its first screen from pins.py, grid.py and glance.py, with plots from plot.py),
@@ -20,7 +22,7 @@ from typing import Any
 from harness.errors import InputError, ResultsError
 from harness.results.records import CellResult, load_cell, write_text_atomic
 
-from . import history
+from . import added_rows, history
 from .gcpause import gc_paused
 from .html import to_html
 from .jsontext import json_text
@@ -46,9 +48,12 @@ def _problem(name: str, exc: BaseException) -> str:
 def load_results(report_dir: Path | str) -> tuple[list[CellResult], list[str]]:
     """Every readable cell of DIR/cells/*.json, and one line per file that could not be used."""
     cells_dir = Path(report_dir) / "cells"
-    if not cells_dir.is_dir():
-        return [], [f"{cells_dir.name}/: no such directory in {Path(report_dir).name or report_dir}"]
     cells, problems = [], []
+    if not cells_dir.is_dir():
+        cells = added_rows.added(Path(report_dir), set(), problems)  # pre-flighted or run offline only
+        if not cells:
+            return [], [f"{cells_dir.name}/: no such directory in {Path(report_dir).name or report_dir}"]
+        return cells, problems
     for path in sorted(cells_dir.glob("*.json")):
         name = f"cells/{path.name}"
         if path.name.startswith("."):
@@ -60,7 +65,8 @@ def load_results(report_dir: Path | str) -> tuple[list[CellResult], list[str]]:
             cells.append(load_cell(path))
         except Exception as exc:  # noqa: BLE001 - any malformed content is a problem line, never a crash
             problems.append(_problem(name, exc))
-    return cells, problems
+    # Offline evidence, and the CPU pre-flight verdicts of cells no runner has run yet (added_rows.py).
+    return cells + added_rows.added(Path(report_dir), {c.cell_id for c in cells}, problems), problems
 
 
 def read_run_info(report_dir: Path | str) -> tuple[dict[str, Any], list[str]]:

@@ -333,7 +333,13 @@ class _Cleaned(dict):
 def _environment(cell: CellResult, cleaned: _Cleaned) -> dict[str, str]:
     """The parts of a cell's environment capture worth showing next to its row (`cleaned`: limit 200)."""
     shown = {}
-    for key in ("python", "os", "cpu", "cuda", "cann", "devices", "image_digest"):
+    if cell.environment.get("evidence"):  # where the row's results come from: the CPU pre-flight, an offline box
+        shown["evidence"] = clean_text(cell.environment["evidence"], 300)
+    accelerator = cell.axes.get("device", "cpu") != "cpu"
+    # On an accelerator the row says which GPU, driver and torch build gave it, and when (the evidence of a runner).
+    keys = ("python", "target", "os", "cpu", "cuda", *(("driver", "torch") if accelerator else ()), "cann",
+            "devices", "image_digest")
+    for key in keys:
         value = cell.environment.get(key)
         if isinstance(value, list):
             value = ", ".join(map(str, value))
@@ -343,6 +349,8 @@ def _environment(cell: CellResult, cleaned: _Cleaned) -> dict[str, str]:
     if isinstance(resolved, list) and resolved:  # "transformers 5.24.0, newest on 2026-11-27" (matrix/newest.py)
         shown["resolved"] = clean_text("; ".join(f"{r.get('axis', '')} {r.get('text', '')}" for r in resolved
                                                  if isinstance(r, dict)), 300)
+    if accelerator and cell.finished and not cell.environment.get("preflight"):
+        shown["date"] = clean_text(cell.finished[:10], 10)  # when the accelerator ran it
     steps = cell.environment.get("install")
     if isinstance(steps, list) and steps:  # the row's install order: numbered, and longer than other values
         shown["install"] = clean_text(" ".join(f"{n}. {step}" for n, step in enumerate(steps, 1)), 1500)
@@ -397,6 +405,8 @@ def pass_ranges(cells: Iterable[CellResult], axes: Iterable[str] = PACKAGE_AXES)
     axes = list(axes)
     judged: dict[tuple, bool] = {}  # per combination of the axes' values: cells of one row share one
     for cell in cells:
+        if cell.environment.get("preflight") and not _is_failing(cell):
+            continue  # installs, but no check has run: no evidence of support yet
         key = tuple([cell.axes.get(axis) for axis in axes])
         judged[key] = judged.get(key, False) or _is_failing(cell)
     combos = list(judged.items())
