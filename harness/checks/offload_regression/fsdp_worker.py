@@ -28,25 +28,31 @@ import torch
 TRAINER_METHODS = ("project", "stock")  # stock: a deliberately broken patch (the unpatched method)
 
 
-def trainer_patches(method: str) -> list:
-    """The patches the trainer applies for the vision position embedding, for this transformers.
+OFFLOAD_FIXES = ("pos-embed-device:", "offload-device:")  # the trainer's fixes of offload device sites
 
-    `stock` swaps in the unpatched method under the patch's name: it shows the check fails
-    where the bug exists. Where no patch applies (upstream fixed the bug), both give [].
+
+def trainer_patches(method: str, device_type: str = "cpu") -> list:
+    """The patches the trainer applies on `device_type` (trainers.patches.training), for this transformers.
+
+    `stock` swaps in the unpatched method for each offload fix (a deliberately broken patch set): it
+    shows the check fails where a site exists. Where no fix applies (upstream fixed the sites), both
+    give the same set.
     """
     from trainers.patches.base import Patch, resolve
-    from trainers.patches.pos_embed import PATCHES
+    from trainers.patches.training import selected
 
     if method not in TRAINER_METHODS:
         raise ValueError(f"unknown trainer method {method!r}; expected one of {TRAINER_METHODS}")
-    applicable = [p for p in PATCHES if p.applicable()[0]]
+    applicable = [p for p in selected(device_type) if p.applicable()[0]]
     if method == "project":
         return applicable
-    broken = []
+    patches = []
     for patch in applicable:
-        owner, attr = resolve(patch.target)
-        broken.append(Patch(f"{patch.name}:stock", patch.target, owner.__dict__[attr], versions=patch.versions))
-    return broken
+        if patch.name.startswith(OFFLOAD_FIXES):
+            owner, attr = resolve(patch.target)
+            patch = Patch(f"{patch.name}:stock", patch.target, owner.__dict__[attr], versions=patch.versions)
+        patches.append(patch)
+    return patches
 
 
 @contextlib.contextmanager
@@ -114,7 +120,7 @@ def _fsdp_pass(name: str, args, plan, mesh, device) -> dict[str, Any]:
         outside.append({"weight_kind": type(pos_embed.weight).__name__, "weight_device": str(pos_embed.weight.device)})
 
     hook = model.model.visual.register_forward_pre_hook(seen_outside)
-    patches = trainer_patches(args.trainer_method) if name == "trainer" else []
+    patches = trainer_patches(args.trainer_method, plan.type) if name == "trainer" else []
     result: dict[str, Any] = {"offload": offload, "patches": [p.name for p in patches], "outside": outside}
     start = time.perf_counter()
     with patches_applied(patches), record_embedding_calls(pos_embed) as calls:
