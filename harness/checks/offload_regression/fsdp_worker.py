@@ -106,7 +106,7 @@ def error_site(exc: BaseException) -> str:
 
 
 def _fsdp_pass(name: str, args, plan, mesh, device) -> dict[str, Any]:
-    from harness.checks.offload_regression.emulation import record_embedding_calls
+    from harness.checks.offload_regression.embedding_calls import record_embedding_calls
     from trainers.fsdp.parallelize import parallelize
     from trainers.models import build_model
 
