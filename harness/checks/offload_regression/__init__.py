@@ -14,10 +14,12 @@ Computed two ways. (a) The strict device emulation (`strict_device`, `offload_se
 `model_passes`): on the CPU, tensors the accelerator would hold report a fake device, and any
 operation that mixes them with a host tensor (other than a 0-dim scalar) is recorded with its
 module and tensor; forward and backward, numbers compared with a run without offload. (b) Real
-FSDP2 with `CPUOffloadPolicy`, 2 ranks (`fsdp_worker`, `real_fsdp`), on the VL model, whose vision
-position embedding is its own unit. On a CPU-only machine the compute device *is* the CPU, so (b)
-cannot show a mismatch: (a) decides there and (b) is evidence (`<side>/real-fsdp2`). On CUDA and NPU
-runners (b) decides `upstream` and `trainer`, and (a)'s verdicts are kept as `<name>/strict-emulation`.
+FSDP2 with `CPUOffloadPolicy`, 2 ranks (`fsdp_worker`, `real_fsdp`), on the same three models
+sharded as the trainer shards them (VL's vision position embedding is its own unit); there an
+offload-only failure, or a pos_embed index off its weight's device, is the finding. On a
+CPU-only machine the compute device *is* the CPU, so (b) cannot show a mismatch: (a) decides
+there and (b) is evidence (`<side>/real-fsdp2`). On CUDA and NPU runners (b) decides `upstream`
+and `trainer`, and (a)'s verdicts are kept as `<name>/strict-emulation`.
 
 `run(options, trainer_method="stock")` runs the trainer with the stock methods in place of its
 offload fixes (a deliberately broken patch set): the check must then fail where a site exists.
@@ -111,7 +113,7 @@ def run(options: CheckOptions, *, trainer_method: str = "project", real_fsdp: bo
                          for n in ("upstream", "trainer")]
         else:
             metrics["real_fsdp2"] = {k: report[k] for k in ("device", "world_size", "torch", "transformers")}
-            verdicts += fsdp.verdicts(report["passes"], "real-fsdp2", deciding=plan.type != "cpu", emulated=False,
+            verdicts += fsdp.verdicts(report["models"], "real-fsdp2", deciding=plan.type != "cpu", emulated=False,
                                       rtol=rtol, note=CPU_FSDP_NOTE if plan.type == "cpu" else "")
     verdicts.sort(key=_order)
     status = overall(verdicts)

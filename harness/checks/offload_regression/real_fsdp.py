@@ -22,54 +22,60 @@ FSDP_TIMEOUT = 300.0  # seconds for the real-FSDP2 ranks; a torchrun start alone
 FSDP_RANKS = 2
 
 
+_NUMBERS = ("loss", "grad_norm", "pos_embed_grad_norm")  # pos_embed's for VL only
+_SEVERITY = (Status.ERROR, Status.FAIL, Status.AFFECTED, Status.PASS)  # the worst model decides a side
+
+
 def _close(a: float | None, b: float | None, rtol: float) -> bool:
     return a is not None and b is not None and math.isclose(a, b, rel_tol=rtol, abs_tol=rtol * 1e-3)
 
 
 def _evidence(p: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
-    keys = ("raised", "error_class", "error_site", "error", "loss", "pos_embed_grad_norm", "calls", "outside",
-            "patches", "seconds")
+    keys = ("raised", "error_class", "error_site", "error", *_NUMBERS, "calls", "outside", "patches", "seconds")
     out = {k: p[k] for k in keys if k in p}
-    out["reference_loss"] = ref.get("loss")
-    out["reference_pos_embed_grad_norm"] = ref.get("pos_embed_grad_norm")
+    out.update({f"reference_{k}": ref.get(k) for k in _NUMBERS if k in ref})
     return out
 
 
 def judge(name: str, p: dict[str, Any], ref: dict[str, Any], rtol: float) -> tuple[Status, str]:
-    """Status and message of one verdict from what a real-FSDP2 pass saw (see the worker's pass schema)."""
+    """Status and message of one side on one model from what its real-FSDP2 pass saw (the worker's schema):
+    an offload-only failure or a pos_embed index off its weight's device is the finding."""
     if ref.get("raised"):
         return Status.ERROR, (f"the reference run without offload failed: {ref.get('error_class')} at "
                               f"{ref.get('error_site')}")
+    bad = Status.AFFECTED if name == "upstream" else Status.FAIL
     mismatched = [c for c in p.get("calls", []) if c["mismatch"]]
     if mismatched:
         c = mismatched[0]
         what = (f"pos_embed index on {c['input_devices']}, weight on {c['weight_device']}"
                 + (f"; {p['error_class']} at {p['error_site']}" if p.get("raised") else ""))
         if name == "upstream":
-            return Status.AFFECTED, f"position-embedding offload bug reproduced: {what}"
-        return Status.FAIL, f"trainer code still builds the index on the offloaded weight's device: {what}"
+            return bad, f"position-embedding offload bug reproduced: {what}"
+        return bad, f"trainer code still builds the index on the offloaded weight's device: {what}"
     if p.get("raised"):
+        return bad, f"forward or backward under offload failed: {p['error_class']} at {p['error_site']}"
+    differ = [f"{k} {p.get(k)} vs {ref.get(k)}" for k in _NUMBERS if k in ref and not _close(p.get(k), ref[k], rtol)]
+    if differ:
         status = Status.FAIL if name == "trainer" else Status.ERROR
-        return status, (f"forward under offload failed without a pos_embed device mismatch: {p['error_class']} "
-                        f"at {p['error_site']}")
-    same = _close(p.get("loss"), ref.get("loss"), rtol) and _close(
-        p.get("pos_embed_grad_norm"), ref.get("pos_embed_grad_norm"), rtol)
-    if not same:
-        status = Status.FAIL if name == "trainer" else Status.ERROR
-        return status, (f"numbers under offload differ from the run without offload: loss {p.get('loss')} vs "
-                        f"{ref.get('loss')}, pos_embed grad norm {p.get('pos_embed_grad_norm')} vs "
-                        f"{ref.get('pos_embed_grad_norm')} (rtol {rtol})")
+        return status, f"numbers under offload differ from the run without offload: {', '.join(differ)} (rtol {rtol})"
     return Status.PASS, f"forward and backward under offload give the numbers of the run without offload (rtol {rtol})"
 
 
-def verdicts(passes: dict, source: str, deciding: bool, emulated: bool, rtol: float, note: str) -> list[Verdict]:
-    verdicts = []
+def verdicts(models: dict, source: str, deciding: bool, emulated: bool, rtol: float, note: str) -> list[Verdict]:
+    """One verdict per side over the models the worker ran; VL's evidence (pos_embed) at the top level."""
+    out = []
     for name in ("upstream", "trainer"):
-        status, message = judge(name, passes[name], passes["reference"], rtol)
+        judged, evidence = {}, {}
+        for kind, passes in models.items():
+            ref = passes["reference" if name == "upstream" else "reference_trainer"]
+            judged[kind] = judge(name, passes[name], ref, rtol)
+            evidence[kind] = _evidence(passes[name], ref)
+        status = min((s for s, _ in judged.values()), key=_SEVERITY.index, default=Status.ERROR)
+        message = "; ".join(f"{kind}: {msg}" for kind, (_, msg) in judged.items()) or "the worker ran no model"
+        metrics = {**evidence.get("vl", {}), "models": evidence}
         label = name if deciding else f"{name}/{source}"
-        text = f"[{note}] {message}" if note else message
-        verdicts.append(Verdict(label, status, text, _evidence(passes[name], passes["reference"]), emulated))
-    return verdicts
+        out.append(Verdict(label, status, f"[{note}] {message}" if note else message, metrics, emulated))
+    return out
 
 
 def _fsdp_files(out_dir: Path) -> tuple[Path, Path]:
