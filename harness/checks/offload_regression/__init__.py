@@ -35,9 +35,9 @@ from harness.results.records import CheckResult, Status, Verdict
 
 NAME = "offload-regression"
 WORKER = "harness.checks.offload_regression.fsdp_worker"
-CPU_FSDP_NOTE = ("real FSDP2 CPU offload on a CPU-only machine: the compute device is the CPU, so indices "
-                 "built on the offloaded weight's device land on the right device; this run cannot show the "
-                 "bug and is evidence only (the strict device emulation decides on CPU)")
+CPU_FSDP_NOTE = ("real FSDP2 CPU offload on a CPU-only machine: the compute device is the CPU, so a tensor left "
+                 "on the host (or built on an offloaded weight's device) meets no other device; this run cannot "
+                 "show a site and is evidence only (the strict device emulation decides on CPU)")
 
 
 def overall(verdicts: list[Verdict]) -> Status:
