@@ -55,7 +55,7 @@ def overall(verdicts: list[Verdict]) -> Status:
 def _order(verdict: Verdict) -> tuple:
     """Deciding verdicts first (upstream, trainer), then the sites, then the evidence of the other method."""
     name = verdict.name
-    return "/" in name, ":" in name, name.split(":", 1)[-1], not name.startswith("upstream")
+    return "/" in name, ":" in name, name.split(":", 1)[1] if ":" in name else "", not name.startswith("upstream")
 
 
 def run(options: CheckOptions, *, trainer_method: str = "project", real_fsdp: bool = True) -> CheckResult:

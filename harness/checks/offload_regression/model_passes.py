@@ -82,8 +82,10 @@ def site_key(mix: dict[str, Any]) -> str:
 def site_label(kind: str, site: dict[str, Any]) -> str:
     """`model:Module<tensor`, short enough for the report's verdict names."""
     tensor = site["key"].split(" ", 1)[1]
-    tensor = tensor.rsplit(".", 1)[-1] if not site["key"].startswith("created") else \
-        "new@" + _short_class(tensor.split(" ")[-1])
+    if site["key"].startswith("created"):  # made in a function, or in a module's forward (named by its class)
+        tensor = "new@" + _short_class(tensor.split(" ")[-1].removesuffix(".forward"))
+    else:
+        tensor = tensor.rsplit(".", 1)[-1]
     return f"{kind}:{_short_class(site['modules'][0].split(' ')[0])}<{tensor}"
 
 

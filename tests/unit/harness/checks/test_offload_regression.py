@@ -27,7 +27,7 @@ SITES_5_2_TO_5_8 = {
     "moe:TextRotaryEmbedding<inv_freq",
     "vl:TextRotaryEmbedding<inv_freq",
     "vl:Embedding<new@fast_pos_embed_interpolate",
-    "vl:VisionAttention<new@VisionRotaryEmbedding.forward",
+    "vl:VisionAttention<new@VisionRotaryEmbedding",
 }
 
 

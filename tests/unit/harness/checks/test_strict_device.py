@@ -105,3 +105,39 @@ def test_scalars_copies_and_host_indices_are_allowed():
 def test_units_follow_the_trainers_fsdp_policy():
     model = Tiny()
     assert fsdp_units(model) == [model.block.table, model.block, model]
+
+
+def test_offloaded_model_is_built_on_meta_and_gets_the_weights_of_a_normal_build(monkeypatch):
+    from harness.checks.offload_regression import offload_setup
+    from trainers.models import build_model
+
+    seen = []
+    register = torch.nn.Module.register_parameter
+    monkeypatch.setattr(offload_setup, "_parameters_on_meta", _spy(offload_setup._parameters_on_meta, seen))
+    model = offload_setup.offloaded_model("text", None, 0)
+    assert seen and all(device == "meta" for device in seen)  # every parameter was registered on meta
+    assert torch.nn.Module.register_parameter is register  # and the build hook is gone
+    reference = build_model("text", seed=0)
+    for (name, p), (_, q) in zip(model.state_dict().items(), reference.state_dict().items()):
+        assert p.device.type == "cpu" and torch.equal(p, q), name
+
+
+def _spy(context, seen):
+    import contextlib
+
+    @contextlib.contextmanager
+    def spied():
+        with context():
+            register = torch.nn.Module.register_parameter
+
+            def record(module, name, param):
+                register(module, name, param)
+                if param is not None:
+                    seen.append(module._parameters[name].device.type)
+
+            torch.nn.Module.register_parameter = record
+            try:
+                yield
+            finally:
+                torch.nn.Module.register_parameter = register
+    return spied
