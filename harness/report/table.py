@@ -59,7 +59,7 @@ STATUS_VALUES = {s: s.value for s in Status}
 FAILING = frozenset(s for s in Status if s.is_failure)
 EMULATED_MARK = "†"
 EMULATED_NOTE = (f"{EMULATED_MARK} emulated: this result came from an emulation on the test machine (for example "
-                 "the meta-device CPU-offload emulation), not from real hardware.")
+                 "the strict device emulation of FSDP2 CPU offload), not from real hardware.")
 
 # C0/C1 controls, bidi overrides ("Trojan source") and lone surrogates (json.loads makes them from "\ud800";
 # no UTF-8 file can hold one) never reach a rendered report.
