@@ -29,6 +29,7 @@ import torch.distributed as dist
 
 from trainers.fully_async import driver as fully_async
 from trainers.grpo import objective as grpo
+from trainers.grpo.correction_stats import CorrectionStats
 from trainers.grpo.metrics import MetricsWriter
 from trainers.rollout import RolloutBatch
 
@@ -118,7 +119,7 @@ class GRPOLoop:
             if self.reference is not None:
                 ref_logprobs, _ = self.response_logprobs(self.reference, batch)
         sums = dict.fromkeys(("loss", "kl", "entropy", "clip", "tokens", "grad_norm", "logprob_diff"), 0.0)
-        updates = 0
+        updates, correction = 0, CorrectionStats()
         for _epoch in range(c.ppo_epochs):
             for start in range(0, rows, size):
                 part = slice(start, start + size)
@@ -139,6 +140,7 @@ class GRPOLoop:
                 sums["entropy"] += float((entropy.detach() * mask).sum())
                 sums["clip"] += stats["clip_fraction"] * tokens
                 sums["tokens"] += tokens
+                correction.add(stats)
                 if updates == 0:  # before any update: engine and trainer see the same weights
                     sums["logprob_diff"] = float(((logprobs.detach() - mini.logprobs) * mask).abs().max())
                 updates += 1
@@ -148,7 +150,7 @@ class GRPOLoop:
         return {"loss": loss_sum / (self.dp_size * updates), "kl": kl / max(tokens, 1.0),
                 "entropy": entropy / max(tokens, 1.0), "clip_fraction": clip / max(tokens, 1.0),
                 "grad_norm": sums["grad_norm"] / updates, "response_tokens": tokens / c.ppo_epochs,
-                "logprob_diff_max": diff, "updates": updates}
+                "logprob_diff_max": diff, "updates": updates, **correction.record(self._all_sum, self.dp_group)}
 
     def sync_rollout_weights(self) -> None:
         self.rollout.sync_weights(self.export_weights())
