@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from harness.checks import CheckOptions
+from harness.checks.nested_chunking import trainer_path
 from harness.checks.nested_chunking.probes import (
     FAMILIES,
     OK,
@@ -25,7 +26,6 @@ from harness.checks.nested_chunking.probes import (
     family_tensordict,
     reference_samples,
 )
-from harness.checks.nested_chunking import trainer_path
 from harness.results.records import CheckResult, Status, Verdict
 
 NAME = "nested-chunking"
