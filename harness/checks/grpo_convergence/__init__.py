@@ -262,6 +262,8 @@ def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | 
         failed = [v for v in extra if v.status is Status.FAIL]
         if failed:
             status, message = Status.FAIL, "; ".join([v.message for v in failed] + [message])
+        else:  # the report's line shows the check's message: the importance-sampling statistics go in it
+            message = f"{message}; {extra[-1].message}"
         metrics["importance_sampling"] = async_verdicts.correction_stats(records)
         metrics["staleness_distribution"] = staleness_distribution(records)
         last = records[-1]

@@ -113,6 +113,7 @@ def test_fully_async_check_passes_at_staleness_1_with_its_distribution(tmp_path)
     assert run["importance_sampling"]["corrected_updates"] == run["steps"] - 1
     correction = next(v for v in result.verdicts if v.name == "staleness1/correction")
     assert "ratio mean" in correction.message and "clipped fraction" in correction.message
+    assert correction.message in result.message  # the report's line shows the statistics
     assert 0.0 <= run["overlap_fraction"] <= 1.0
 
 
