@@ -5,9 +5,10 @@ weights). FSDP2: the model is really sharded with `fully_shard` under torch's fa
 of the plan's world size, and rank 0's local shards are counted. Megatron: every real parameter is
 placed by Megatron's layout (pipeline stage from megatron-core's `get_num_layers_to_build`, tensor
 split of the projections, expert split over EP x ETP, replicated norms and router) and the fullest
-stage is counted; `check_conservation` proves no module was dropped or counted twice, and a test
-compares the count with megatron-core's own GPTModel built for one rank (where it builds without
-Transformer Engine: models without Gated DeltaNet).
+stage is counted. `check_conservation` compares every stage's count with megatron-core's own GPTModel
+built for one rank of that stage on meta (megatron_count; Qwen3.5's Gated DeltaNet layers from the
+trainer's specs of megatron-core modules), so a module dropped, counted twice, put on the wrong stage
+or split by the wrong divisor fails it.
 
 Bytes per parameter (mixed precision as verl runs it): FSDP2 keeps fp32 shards, fp32 gradients and
 Adam's two fp32 moments (4 + 4 + 8), plus two bf16 units gathered at a time; Megatron keeps bf16
@@ -101,19 +102,27 @@ def megatron_per_stage(model, plan: Plan, stages: list[int], split=megatron_spli
     return per
 
 
-def check_conservation(model, plan: Plan, per_stage: list[dict[str, int]]) -> None:
-    """Undo the split (x TP, x EP*ETP) over all stages; it must give back every real parameter."""
-    rebuilt = sum(s["dense"] * plan.tp + s["replicated"] + s["expert"] * plan.ep * plan.etp for s in per_stage)
-    real = sum(p.numel() for p in model.parameters())
-    slack = sum(1 for _ in model.parameters()) * max(plan.tp, plan.ep * plan.etp)  # ceil rounding only
-    if abs(rebuilt - real) > slack:
-        raise AssertionError(f"the Megatron split accounts for {rebuilt} parameters, the model has {real}")
+def check_conservation(plan: Plan, per_stage: list[dict[str, int]], hf_config=None) -> str:
+    """Each stage's count must equal what megatron-core's own modules of one rank of that stage hold
+    (megatron_count: built on meta at the real shapes, sharing no divisor or stage rule with the split).
+    Raises AssertionError when they differ; returns how it was checked, or why it could not be."""
+    from .megatron_count import CountUnavailable, stage_params
+
+    ours = [sum(stage.values()) for stage in per_stage]
+    try:
+        theirs = stage_params(plan, hf_config)
+    except CountUnavailable as exc:
+        return f"not checked against megatron-core ({exc})"
+    if ours != theirs:
+        raise AssertionError(f"the Megatron split counts {ours} parameters per rank by pipeline stage, "
+                             f"megatron-core's own modules of one rank hold {theirs}")
+    return "per-stage count equal to megatron-core's own modules of one rank"
 
 
 def megatron_estimate(plan: Plan, stages: list[int], dp: int, expert_dp: int, model=None) -> MemoryEstimate:
     model = model if model is not None else build_meta_model(plan.model)
     per_stage = megatron_per_stage(model, plan, stages)
-    check_conservation(model, plan, per_stage)
+    checked = check_conservation(plan, per_stage, model.config)
     best = None
     for index, counts in enumerate(per_stage):
         dense, expert = counts["dense"] + counts["replicated"], counts["expert"]
@@ -121,7 +130,7 @@ def megatron_estimate(plan: Plan, stages: list[int], dp: int, expert_dp: int, mo
         parts = {"params": 2.0 * params, "grads": 4.0 * params,
                  "optimizer": 0.0 if plan.optimizer_offload else 12.0 * (dense / dp + expert / expert_dp)}
         parts["activations"] = activations.stage_bytes(plan, stages[index], last=index == len(stages) - 1)
-        estimate = MemoryEstimate(params, parts, f"pipeline stage {index} of {len(stages)}")
+        estimate = MemoryEstimate(params, parts, f"pipeline stage {index} of {len(stages)}; {checked}")
         if best is None or estimate.total > best.total:
             best = estimate
     return best

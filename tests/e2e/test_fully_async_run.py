@@ -131,3 +131,60 @@ def test_weights_reach_the_engine_from_the_producer_thread_only():
     finally:
         trainer.close()
         dist.destroy_process_group()
+
+
+def _async_run_in_process(tmp_path, steps=3, staleness=1):
+    import torch.distributed as dist
+
+    from trainers.fsdp.config import TrainConfig
+    from trainers.fsdp.train import GRPOTrainer
+    from trainers.fully_async import driver
+
+    trainer = GRPOTrainer(TrainConfig(steps=steps, mode="fully-async", staleness=staleness, device="cpu",
+                                      metrics=str(tmp_path / "run.jsonl")))
+    try:
+        return driver.train(trainer)
+    finally:
+        trainer.close()
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_run_that_ignores_staleness_fails_the_schedule_and_correction_verdicts(tmp_path, monkeypatch):
+    """A producer that loads the newest weights instead of the scheduled ones runs synchronously: its
+    curve can sit inside the staleness-1 band, the bound holds, but the schedule and correction fail."""
+    from harness.checks.grpo_convergence import async_verdicts
+    from harness.results.records import Status
+    from trainers.fully_async import producer
+
+    monkeypatch.setattr(producer, "behaviour_version", lambda step, staleness: step)
+    records = _async_run_in_process(tmp_path)
+    assert [r["weight_version"] for r in records] == [0, 1, 2]  # loaded, as the engine's state says
+    statuses = {v.name: v.status for v in async_verdicts.verdicts(records, 1)}
+    assert statuses == {"bounded": Status.PASS, "schedule": Status.FAIL, "correction": Status.FAIL}
+
+
+@pytest.mark.slow
+def test_a_run_with_the_correction_switched_off_fails_the_correction_verdict(tmp_path, monkeypatch):
+    from harness.checks.grpo_convergence import async_verdicts
+    from harness.results.records import Status
+    from trainers.grpo import objective
+
+    policy_loss = objective.policy_loss
+    monkeypatch.setattr(objective, "policy_loss",  # the behaviour log-probs never reach the loss
+                        lambda *args, behaviour_logprobs=None, **kwargs: policy_loss(*args, **kwargs))
+    records = _async_run_in_process(tmp_path)
+    verdicts = {v.name: v for v in async_verdicts.verdicts(records, 1)}
+    assert verdicts["schedule"].status is Status.PASS
+    assert verdicts["correction"].status is Status.FAIL and "not applied" in verdicts["correction"].message
+
+
+@pytest.mark.slow
+def test_a_stale_run_records_a_correction_that_moved_the_ratio(tmp_path):
+    from harness.checks.grpo_convergence import async_verdicts
+    from harness.results.records import Status
+
+    records = _async_run_in_process(tmp_path)
+    assert records[0]["is_ratio_max"] < 1 + 1e-4  # same weights on both sides: rounding only
+    verdict = async_verdicts.correction_verdict(records, 1)
+    assert verdict.status is Status.PASS and verdict.metrics["ratio_max"] > 1 + async_verdicts.MIN_RATIO_SHIFT

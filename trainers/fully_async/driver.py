@@ -85,7 +85,7 @@ def _one_update(trainer, step, samples, publisher, producer, clock, producer_pat
     depth = samples.depth()
     sample = samples.get(producer.is_alive)
     wait_seconds = time.perf_counter() - waited
-    age = step - sample.version  # this trainer holds version `step` (updates done so far)
+    age = step - sample.version  # this trainer holds version `step`; the sample's engine held `version`
     if age > config.staleness or sample.step != step:
         raise StalenessExceeded(f"batch {sample.step} from weight version {sample.version} reached update {step}: "
                                 f"{age} versions old, allowed {config.staleness}")
@@ -105,6 +105,7 @@ def _one_update(trainer, step, samples, publisher, producer, clock, producer_pat
               **stats, "rollout_seconds": sample.rollout_seconds, "update_seconds": update_seconds,
               "sync_seconds": sync_seconds, "wait_seconds": wait_seconds, "mode": "fully-async",
               "staleness": age, "staleness_limit": config.staleness, "weight_version": sample.version,
+              "scheduled_version": sample.scheduled_version,
               "queue_depth": depth, "queue_max_depth": samples.max_depth, "queue_capacity": samples.capacity,
               "tis_cap": config.tis_cap, **clock.summary(), "rank": trainer.rank, "world_size": trainer.world,
               **trainer.backend_record(step)}

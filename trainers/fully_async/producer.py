@@ -4,8 +4,9 @@ It drives the trainer's own engine (`trainer.rollout`: a separate copy of the po
 Face model or a vLLM engine in its own processes) and the trainer's `rollout_step`, which touches
 only the engine, the task and the prompts, never the trained model or a process group. Before
 batch i it waits for weight version behaviour_version(i) and loads it into the engine itself, so
-the trainer never waits for a sync. On CPU, torch ops release the GIL, so generation and the
-update run in parallel where they are inside ops.
+the trainer never waits for a sync; each sample records the version its engine held (read from the
+loaded state, `PublishedState.version`) next to the version the schedule asked for. On CPU, torch
+ops release the GIL, so generation and the update run in parallel where they are inside ops.
 """
 from __future__ import annotations
 
@@ -65,9 +66,11 @@ class RolloutProducer(threading.Thread):
         with self.clock.busy("rollout"):
             if version != self.loaded_version:
                 self.trainer.rollout.sync_weights(state)
-                self.loaded_version = version
+                # The version the state says it is, not the one asked for: what the engine now holds.
+                self.loaded_version = state.version
             batch, rewards, advantages = self.trainer.rollout_step(step)
-        sample = VersionedSample(step, version, batch, rewards, advantages, time.perf_counter() - started)
+        sample = VersionedSample(step, self.loaded_version, batch, rewards, advantages,
+                                 time.perf_counter() - started, scheduled_version=version)
         return self.samples.put(sample, self.stop_event)
 
     def stop(self, timeout: float = 60.0) -> None:

@@ -15,11 +15,12 @@ from typing import Any
 @dataclass
 class VersionedSample:
     step: int  # the batch index (its prompts and row seeds)
-    version: int  # weight version the engine held when it generated the batch
+    version: int  # weight version the engine held when it generated the batch (from the state it loaded)
     batch: Any  # RolloutBatch
     rewards: Any  # (rows,) tensor
     advantages: Any  # (rows,) tensor
     rollout_seconds: float
+    scheduled_version: int | None = None  # the version the staleness rule asked for (None: same as version)
 
 
 class ProducerFailed(RuntimeError):

@@ -10,6 +10,15 @@ from __future__ import annotations
 import threading
 
 
+class PublishedState(dict):
+    """A published copy of the weights that carries its version, so whoever loads it can say
+    which version its engine holds from the state itself, not from the schedule that asked for it."""
+
+    def __init__(self, version: int, state: dict):
+        super().__init__(state)
+        self.version = version
+
+
 class WeightPublisher:
     INITIAL = None  # version 0 is the engine's own starting copy: nothing to load
 
@@ -27,7 +36,7 @@ class WeightPublisher:
 
     def publish(self, version: int, state: dict) -> None:
         """Store a copy of `state` as `version` (the trainer goes on updating its own tensors)."""
-        copy = {name: tensor.detach().clone() for name, tensor in state.items()}
+        copy = PublishedState(version, {name: tensor.detach().clone() for name, tensor in state.items()})
         with self._changed:
             if version <= max(self._versions):
                 raise ValueError(f"version {version} published after {max(self._versions)}")
@@ -36,7 +45,7 @@ class WeightPublisher:
                 del self._versions[old]
             self._changed.notify_all()
 
-    def wait_for(self, version: int, stop: threading.Event, poll: float = 0.05) -> dict | None:
+    def wait_for(self, version: int, stop: threading.Event, poll: float = 0.05) -> PublishedState | None:
         """The state of exactly `version` once published (None for the engine's initial copy, and
         when `stop` is set first). Asking for a version already dropped is a bug: ValueError."""
         with self._changed:

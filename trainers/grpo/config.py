@@ -41,6 +41,7 @@ class GRPOConfig:
     clip_eps: float = 0.2
     clip_eps_high: float | None = None  # None: same as clip_eps
     mini_batches: int = 1  # optimizer steps per rollout (each on its share of the batch)
+    micro_batches: int = 2  # forward/backward passes per mini-batch, gradients accumulated (grpo/micro_batches)
     ppo_epochs: int = 1
     rollout: str = "hf"
     rollout_check: str = "off"  # generate: the hf engine also samples its first batch with generate, compared
@@ -59,7 +60,8 @@ class GRPOConfig:
                 "rollout": ROLLOUTS, "task": tuple(TASKS), "rollout_check": ROLLOUT_CHECKS}
 
     def positive(self) -> tuple[str, ...]:
-        return ("steps", "batch_prompts", "max_new_tokens", "mini_batches", "ppo_epochs", "nproc_per_node")
+        return ("steps", "batch_prompts", "max_new_tokens", "mini_batches", "micro_batches", "ppo_epochs",
+                "nproc_per_node")
 
     def problems(self) -> list[str]:
         problems = [f"{key}={getattr(self, key)!r} (expected one of {', '.join(allowed)})"

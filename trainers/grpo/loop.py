@@ -28,14 +28,11 @@ import torch
 import torch.distributed as dist
 
 from trainers.fully_async import driver as fully_async
+from trainers.grpo import micro_batches
 from trainers.grpo import objective as grpo
+from trainers.grpo.correction_stats import CorrectionStats
 from trainers.grpo.metrics import MetricsWriter
 from trainers.rollout import RolloutBatch
-
-
-def slice_batch(batch: RolloutBatch, rows: slice) -> RolloutBatch:
-    return RolloutBatch(batch.input_ids[rows], batch.attention_mask[rows], batch.response_mask[rows],
-                        batch.logprobs[rows], batch.prompt_lengths[rows], batch.prompt_width)
 
 
 class GRPOLoop:
@@ -105,42 +102,56 @@ class GRPOLoop:
                                dtype=torch.float32)
         return batch, rewards, grpo.group_advantages(rewards, c.group_size).to(self.device)
 
+    def backward(self, loss: torch.Tensor) -> None:
+        """A micro-batch's backward before the mini-batch's last: gradients accumulate for apply_gradients."""
+        loss.backward()
+
     def update(self, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
         c = self.config
         rows = batch.input_ids.shape[0]
         if rows % c.mini_batches:
             raise ValueError(f"{rows} rows per rank do not split into {c.mini_batches} mini-batches")
-        size = rows // c.mini_batches
+        if c.micro_batches > rows // c.mini_batches:
+            raise ValueError(f"{rows // c.mini_batches} rows per mini-batch do not split into "
+                             f"{c.micro_batches} micro-batches")
         old_logprobs = ref_logprobs = None
         with torch.no_grad():
             if c.mini_batches * c.ppo_epochs > 1:  # later mini-batches are off-policy: keep the old log-probs
                 old_logprobs, _ = self.response_logprobs(self.policy, batch)
             if self.reference is not None:
                 ref_logprobs, _ = self.response_logprobs(self.reference, batch)
+        # jagged, through trainers.grpo.data.chunk_tensordict, and padded back per micro-batch
+        parts = micro_batches.split(batch, advantages, c.mini_batches, c.micro_batches, old_logprobs, ref_logprobs)
         sums = dict.fromkeys(("loss", "kl", "entropy", "clip", "tokens", "grad_norm", "logprob_diff"), 0.0)
-        updates = 0
+        updates, correction = 0, CorrectionStats()
         for _epoch in range(c.ppo_epochs):
-            for start in range(0, rows, size):
-                part = slice(start, start + size)
-                mini = slice_batch(batch, part)
-                logprobs, entropy = self.response_logprobs(self.policy, mini, with_entropy=True)
-                old = old_logprobs[part] if old_logprobs is not None else logprobs.detach()
-                mask = mini.response_mask
-                local_count = float(mask.sum()) if c.loss_agg == "token-mean" else float(mask.shape[0])
+            for mini in parts:
+                masks = [micro.batch.response_mask for micro in mini]
+                local_count = float(sum(m.sum() for m in masks)) if c.loss_agg == "token-mean" else \
+                    float(sum(m.shape[0] for m in masks))
                 global_count, = self._all_sum([local_count], self.dp_group)
-                loss, stats = grpo.policy_loss(logprobs, old, advantages[part], mask, self.loss_config,
-                                               ref_logprobs[part] if ref_logprobs is not None else None,
-                                               denominator=max(global_count, 1.0) / self.dp_size,
-                                               behaviour_logprobs=mini.logprobs)  # used when tis_cap is set
-                sums["grad_norm"] += self.apply_gradients(loss)
-                tokens = stats["tokens"]
-                sums["loss"] += float(loss.detach())
-                sums["kl"] += stats["kl"] * tokens
-                sums["entropy"] += float((entropy.detach() * mask).sum())
-                sums["clip"] += stats["clip_fraction"] * tokens
-                sums["tokens"] += tokens
-                if updates == 0:  # before any update: engine and trainer see the same weights
-                    sums["logprob_diff"] = float(((logprobs.detach() - mini.logprobs) * mask).abs().max())
+                denominator = max(global_count, 1.0) / self.dp_size  # the mini-batch's: micro-batch losses add up
+                for index, micro in enumerate(mini):
+                    logprobs, entropy = self.response_logprobs(self.policy, micro.batch, with_entropy=True)
+                    old = micro.old_logprobs if micro.old_logprobs is not None else logprobs.detach()
+                    mask = micro.batch.response_mask
+                    loss, stats = grpo.policy_loss(logprobs, old, micro.advantages, mask, self.loss_config,
+                                                   micro.ref_logprobs, denominator=denominator,
+                                                   behaviour_logprobs=micro.batch.logprobs)  # used when tis_cap is set
+                    if index + 1 < len(mini):
+                        self.backward(loss)
+                    else:
+                        sums["grad_norm"] += self.apply_gradients(loss)
+                    tokens = stats["tokens"]
+                    sums["loss"] += float(loss.detach())
+                    sums["kl"] += stats["kl"] * tokens
+                    sums["entropy"] += float((entropy.detach() * mask).sum())
+                    sums["clip"] += stats["clip_fraction"] * tokens
+                    sums["tokens"] += tokens
+                    correction.add(stats)
+                    if updates == 0:  # before any update: engine and trainer see the same weights
+                        diff = float(((logprobs.detach() - micro.batch.logprobs) * mask).abs().max())
+                        sums["logprob_diff"] = max(sums["logprob_diff"], diff)
                 updates += 1
         loss_sum, kl, entropy, clip, tokens = self._all_sum(
             [sums["loss"], sums["kl"], sums["entropy"], sums["clip"], sums["tokens"]], self.dp_group)
@@ -148,7 +159,8 @@ class GRPOLoop:
         return {"loss": loss_sum / (self.dp_size * updates), "kl": kl / max(tokens, 1.0),
                 "entropy": entropy / max(tokens, 1.0), "clip_fraction": clip / max(tokens, 1.0),
                 "grad_norm": sums["grad_norm"] / updates, "response_tokens": tokens / c.ppo_epochs,
-                "logprob_diff_max": diff, "updates": updates}
+                "logprob_diff_max": diff, "updates": updates, **correction.record(self._all_sum, self.dp_group),
+                **micro_batches.record(parts)}
 
     def sync_rollout_weights(self) -> None:
         self.rollout.sync_weights(self.export_weights())

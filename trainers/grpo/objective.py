@@ -141,7 +141,10 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
             "ratio_mean": float((ratio * fmask).sum()) / tokens,
             "tokens": float(fmask.sum()),
         }
-        if is_weights is not None:
+        if is_weights is not None:  # the weights, and the ratio pi_old / pi_behaviour before truncation
+            is_ratio = torch.exp(old_logprobs.detach() - behaviour_logprobs.detach())
             metrics["is_weight_mean"] = float((is_weights * fmask).sum()) / tokens
             metrics["is_truncated_fraction"] = float(((is_weights >= config.tis_cap) * fmask).sum()) / tokens
+            metrics["is_ratio_mean"] = float((is_ratio * fmask).sum()) / tokens
+            metrics["is_ratio_max"] = float(is_ratio.masked_fill(fmask == 0, 0.0).max()) if fmask.any() else 0.0
     return loss, metrics

@@ -106,20 +106,23 @@ def transformer_config(hf_config, sizes: ParallelSizes, dtype=torch.float32, **e
     )
 
 
-def _gpt_model(config, hf_config, block_spec):
+def build_from_spec(config, hf_config, block_spec, pre_process: bool = True, post_process: bool = True):
+    """The GPTModel for a config and block spec; `pre_process`/`post_process`: this pipeline stage
+    holds the embedding / the final norm and output layer (the first / last stage)."""
     from megatron.core.models.gpt import GPTModel
 
     partial, theta = _rope(hf_config)
     return GPTModel(config=config, transformer_layer_spec=block_spec, vocab_size=hf_config.vocab_size,
                     max_sequence_length=hf_config.max_position_embeddings, parallel_output=False,
                     share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings),
-                    position_embedding_type="rope", rotary_percent=partial, rotary_base=theta)
+                    position_embedding_type="rope", rotary_percent=partial, rotary_base=theta,
+                    pre_process=pre_process, post_process=post_process)
 
 
 def build_gpt_model(hf_config, sizes: ParallelSizes, dtype=torch.float32):
     """The GPTModel for `layer_types` (and the MoE keys): megatron-core's own layers, one spec each."""
     config = transformer_config(hf_config, sizes, dtype)
-    return _gpt_model(config, hf_config, block_spec(layer_kinds(hf_config), num_experts(hf_config)))
+    return build_from_spec(config, hf_config, block_spec(layer_kinds(hf_config), num_experts(hf_config)))
 
 
 def padded_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor:

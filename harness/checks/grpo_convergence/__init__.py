@@ -15,9 +15,11 @@ the versions and the command it was made with.
 
 In a fully-async cell (mode axis `fully-async`) the trainer runs with `--mode fully-async` at
 staleness 1 and at 2, each against its own reference (grpo_<backend>_<model>_async<K>.json,
-made with `--regenerate --mode fully-async --staleness K`), with a fourth verdict per run,
-`bounded`: every update's sample was at most K weight versions old and the sample queue never
-went past its capacity. The measured staleness distribution and overlap are in the metrics.
+made with `--regenerate --mode fully-async --staleness K`), with three more verdicts per run
+(async_verdicts): `bounded` (every sample's engine held weights at most K versions old, and the
+queue stayed within its capacity), `schedule` (the observed staleness is the configured rule) and
+`correction` (stale samples were importance-weighted, with the ratio statistics). The measured
+staleness distribution, overlap and importance-sampling statistics are in the metrics.
 
 In a cell with a vLLM the FSDP trainer rolls out with that vLLM (`--rollout vllm`), against the
 reference of that engine release, grpo_fsdp_<model>_<engine>-<version>.json (one rank, the vLLM checks'
@@ -38,7 +40,9 @@ import time
 from pathlib import Path
 
 from harness.checks import CheckOptions
+from harness.checks.grpo_convergence import async_verdicts
 from harness.checks.grpo_convergence import references as grpo_references
+from harness.checks.grpo_convergence.async_verdicts import bounded_verdict  # noqa: F401  (tests call it here)
 from harness.checks.grpo_convergence.references import REFERENCES, reference_path  # noqa: F401  (the benchmarks and tests use them here)
 from harness.checks.support import torchrun, vllm_engine
 from harness.results.records import CheckResult, Status, Verdict, write_json_atomic
@@ -55,18 +59,6 @@ DEFAULT_TOLERANCES = {"threshold": 0.6, "margin": 0.3, "band": 0.07, "smooth": 3
 
 
 FULLY_ASYNC_STALENESS = (1, 2)  # the staleness bounds a fully-async cell is checked at
-
-
-def bounded_verdict(records: list[dict], limit: int) -> Verdict:
-    """Fully-async runs only: each update ran on a sample at most `limit` versions old, and the
-    queue stayed within its capacity (pure: tests call it)."""
-    if not records or any("staleness" not in r for r in records):
-        return Verdict("bounded", Status.FAIL, "the run recorded no staleness: it did not run fully-async")
-    worst = max(int(r["staleness"]) for r in records)
-    depth, capacity = max(int(r["queue_max_depth"]) for r in records), min(int(r["queue_capacity"]) for r in records)
-    ok = worst <= limit and depth <= capacity
-    return Verdict("bounded", Status.PASS if ok else Status.FAIL,
-                   f"staleness at most {worst} (limit {limit}); queue depth at most {depth} (capacity {capacity})")
 
 
 def cell_rollout(backend: str) -> str:
@@ -265,9 +257,14 @@ def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | 
     if staleness is not None:
         from trainers.fully_async.driver import staleness_distribution
 
-        verdicts.append(bounded_verdict(records, staleness))
-        if verdicts[-1].status is Status.FAIL:
-            status, message = Status.FAIL, f"{verdicts[-1].message}; {message}"
+        extra = async_verdicts.verdicts(records, staleness)
+        verdicts += extra
+        failed = [v for v in extra if v.status is Status.FAIL]
+        if failed:
+            status, message = Status.FAIL, "; ".join([v.message for v in failed] + [message])
+        else:  # the report's line shows the check's message: the importance-sampling statistics go in it
+            message = f"{message}; {extra[-1].message}"
+        metrics["importance_sampling"] = async_verdicts.correction_stats(records)
         metrics["staleness_distribution"] = staleness_distribution(records)
         last = records[-1]
         metrics.update({k: last.get(k) for k in ("overlap_fraction", "rollout_busy_fraction", "update_busy_fraction")})

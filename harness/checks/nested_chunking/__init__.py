@@ -5,6 +5,8 @@ For every known failure family (nested_probes.FAMILIES) three levels are run:
 - tensordict: TensorDict operations (get, chunk, split, slicing, indexing, consolidate) - evidence;
 - trainer: `trainers.grpo.data.chunk_tensordict` into 2 and 3 micro-batches - must give exactly the
   padded reference's values and the canonical layout on every key.
+One more trainer verdict, `grpo-update/trainer` (trainer_path): the micro-batching the GRPO update of
+both trainers runs (trainers.grpo.micro_batches, through chunk_tensordict) rejoins to its batch exactly.
 Evidence verdicts are PASS when every operation is right and AFFECTED when one raises or is
 silently wrong (a known upstream bug reproduced). The check FAILS iff the trainer level fails;
 otherwise it is AFFECTED if any evidence is, else PASS. Needs torch and tensordict, not transformers.
@@ -15,6 +17,7 @@ import time
 from typing import Any
 
 from harness.checks import CheckOptions
+from harness.checks.nested_chunking import trainer_path
 from harness.checks.nested_chunking.probes import (
     FAMILIES,
     OK,
@@ -53,6 +56,7 @@ def run(options: CheckOptions) -> CheckResult:
             if evidence[level] is not None:
                 verdicts.append(_evidence_verdict(family, level, evidence[level]))
         verdicts.append(_trainer_verdict(family, trainer))
+    verdicts.append(trainer_path.verdict())
 
     status = _overall(verdicts)
     trainer_failed = [v.name for v in verdicts if v.name.endswith("/trainer") and v.status is Status.FAIL]

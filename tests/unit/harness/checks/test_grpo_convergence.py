@@ -77,8 +77,8 @@ def test_check_fails_when_the_trainer_cannot_learn(tmp_path):
 
 
 def _async_records(staleness, depth=1, capacity=1):
-    return [{"step": i, "reward_mean": 0.5, "staleness": s, "queue_max_depth": depth, "queue_capacity": capacity}
-            for i, s in enumerate(staleness)]
+    return [{"step": i, "reward_mean": 0.5, "staleness": s, "weight_version": i - s, "queue_max_depth": depth,
+             "queue_capacity": capacity} for i, s in enumerate(staleness)]
 
 
 def test_bounded_verdict_catches_stale_samples_an_overfull_queue_and_a_sync_run():
@@ -105,9 +105,15 @@ def test_fully_async_check_passes_at_staleness_1_with_its_distribution(tmp_path)
     if result.status is Status.SKIP:
         pytest.skip(result.message)
     assert result.status is Status.PASS, result.message
-    assert {v.name for v in result.verdicts} == {f"staleness1/{n}" for n in ("threshold", "gain", "band", "bounded")}
+    assert {v.name for v in result.verdicts} == {f"staleness1/{n}" for n in (
+        "threshold", "gain", "band", "bounded", "schedule", "correction")}
     run = result.metrics["staleness1"]
     assert run["staleness_distribution"] == {"0": 1, "1": run["steps"] - 1}
+    # the importance-sampling statistics reach the result: its metrics and the correction verdict's message
+    assert run["importance_sampling"]["corrected_updates"] == run["steps"] - 1
+    correction = next(v for v in result.verdicts if v.name == "staleness1/correction")
+    assert "ratio mean" in correction.message and "clipped fraction" in correction.message
+    assert correction.message in result.message  # the report's line shows the statistics
     assert 0.0 <= run["overlap_fraction"] <= 1.0
 
 

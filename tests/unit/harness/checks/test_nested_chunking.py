@@ -44,7 +44,7 @@ def test_trainer_level_passes_and_evidence_is_recorded(result):
                 assert outcome.startswith(OUTCOME_PREFIXES), (name, level, outcome)
         assert set(levels["trainer"].values()) == {"ok"}, (name, levels["trainer"])
     trainer = [v for v in result.verdicts if v.name.endswith("/trainer")]
-    assert len(trainer) == len(FAMILIES) and all(v.status is Status.PASS for v in trainer)
+    assert len(trainer) == len(FAMILIES) + 1 and all(v.status is Status.PASS for v in trainer)  # + grpo-update
     evidence = [v for v in result.verdicts if not v.name.endswith("/trainer")]
     assert all(v.status in (Status.PASS, Status.AFFECTED) for v in evidence)
     expected = Status.AFFECTED if any(v.status is Status.AFFECTED for v in evidence) else Status.PASS
@@ -100,8 +100,8 @@ def test_check_fails_on_a_broken_chunker(monkeypatch, tmp_path, broken, finding)
     failed = [v for v in res.verdicts if v.name.endswith("/trainer") and v.status is Status.FAIL]
     assert failed, res.message
     assert any(finding in outcome for v in failed for outcome in v.metrics.values())
-    if broken is truncating_chunker:  # a truncation is visible in every family
-        assert len(failed) == len(FAMILIES)
+    if broken is truncating_chunker:  # a truncation is visible in every family, and in the GRPO update's split
+        assert len(failed) == len(FAMILIES) + 1 and any(v.name == "grpo-update/trainer" for v in failed)
 
 
 def test_judges_work_by_values():
@@ -121,3 +121,36 @@ def test_judges_work_by_values():
     assert judge_dense(torch.full((2, 4), -1.0).index_fill_(1, torch.tensor([0]), 1.0),
                        torch.tensor([[1.0, -1.0], [1.0, -1.0]])) == "wrong:over-padded"
     assert judge_dense(torch.ones(2, 2), torch.zeros(2, 2)) == "wrong:values"
+
+
+def test_grpo_update_verdict_passes_and_names_the_trainers_path(result):
+    verdict = next(v for v in result.verdicts if v.name == "grpo-update/trainer")
+    assert verdict.status is Status.PASS, verdict.message
+    assert set(verdict.metrics.values()) == {"ok"}
+
+
+def test_grpo_update_verdict_fails_when_the_update_stops_using_chunk_tensordict(monkeypatch):
+    """A split that slices rows itself gives the right rows, but the family verdicts then judge a
+    function the trainers no longer run: the verdict says so."""
+    from harness.checks.nested_chunking import trainer_path
+    from trainers.grpo import micro_batches
+
+    def slicing_split(batch, advantages, mini, micro, old_logprobs=None, ref_logprobs=None):
+        layout = micro_batches.Layout.of(batch)
+        td = micro_batches.as_tensordict(batch, advantages, old_logprobs, ref_logprobs)
+        sizes = data.split_sizes(int(td.batch_size[0]), mini * micro)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        flat = [micro_batches.padded(td[s:s + n], layout) for s, n in zip(starts, sizes)]
+        return [flat[i * micro:(i + 1) * micro] for i in range(mini)]
+
+    monkeypatch.setattr(micro_batches, "split", slicing_split)
+    verdict = trainer_path.verdict()
+    assert verdict.status is Status.FAIL and "not the trainers' path" in verdict.message
+
+
+def test_grpo_update_verdict_fails_on_a_chunker_that_reorders_rows(monkeypatch):
+    from harness.checks.nested_chunking import trainer_path
+
+    monkeypatch.setattr(data, "chunk_tensordict", lambda td, chunks: REAL_CHUNKER(td, chunks)[::-1])
+    verdict = trainer_path.verdict()
+    assert verdict.status is Status.FAIL and "rejoined micro-batches differ in input_ids" in verdict.message

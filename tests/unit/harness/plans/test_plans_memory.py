@@ -33,24 +33,54 @@ def test_meta_model_holds_every_real_parameter(tiny_moe):
     assert sum(p.numel() for p in meta.parameters()) == sum(p.numel() for p in real.parameters())
 
 
-def test_megatron_split_accounts_for_every_parameter(tiny_moe):
+def test_megatron_split_equals_megatron_cores_own_rank_on_every_stage(tiny_moe):
+    """Qwen3.5-MoE (Gated DeltaNet, gated attention, experts): the split's count is megatron-core's."""
+    pytest.importorskip("megatron.core")
     model = memory.build_meta_model(tiny_moe.model)
     per_stage = memory.megatron_per_stage(model, tiny_moe, [2, 2])
-    memory.check_conservation(model, tiny_moe, per_stage)
+    assert memory.check_conservation(tiny_moe, per_stage, model.config).startswith("per-stage count equal")
     assert all(stage["expert"] > 0 and stage["dense"] > 0 for stage in per_stage)
 
 
-def test_dropping_the_experts_from_the_count_is_caught(tiny_moe):
+def _broken_counts(tiny_moe, **broken):
+    pytest.importorskip("megatron.core")
     model = memory.build_meta_model(tiny_moe.model)
+    return model, memory.megatron_per_stage(model, tiny_moe, [2, 2], **broken)
 
+
+def test_dropping_the_experts_from_the_count_is_caught(tiny_moe):
     def without_experts(name, tp, ep, etp):
         if ".experts." in name:
             return "expert", 10 ** 12  # a count that leaves the routed experts out
         return memory.megatron_split(name, tp, ep, etp)
 
-    per_stage = memory.megatron_per_stage(model, tiny_moe, [2, 2], split=without_experts)
-    with pytest.raises(AssertionError, match="accounts for"):
-        memory.check_conservation(model, tiny_moe, per_stage)
+    model, per_stage = _broken_counts(tiny_moe, split=without_experts)
+    with pytest.raises(AssertionError, match="megatron-core's own modules of one rank hold"):
+        memory.check_conservation(tiny_moe, per_stage, model.config)
+
+
+def test_a_divisor_applied_twice_is_caught(tiny_moe):
+    def twice(name, tp, ep, etp):
+        kind, divisor = memory.megatron_split(name, tp, ep, etp)
+        return kind, divisor * tp if kind == "dense" else divisor  # the tensor split applied twice
+
+    model, per_stage = _broken_counts(tiny_moe, split=twice)
+    with pytest.raises(AssertionError, match="by pipeline stage"):
+        memory.check_conservation(tiny_moe, per_stage, model.config)
+
+
+def test_a_layer_counted_on_the_wrong_stage_is_caught(tiny_moe, monkeypatch):
+    """Every parameter still counted once, so the split's own divisors would rebuild the total; the
+    stages differ from megatron-core's."""
+    real_place = memory.place
+
+    def misplaced(name, stages):
+        return 1 if ".layers.1." in name else real_place(name, stages)  # layer 1 belongs to stage 0
+
+    monkeypatch.setattr(memory, "place", misplaced)
+    model, per_stage = _broken_counts(tiny_moe)
+    with pytest.raises(AssertionError, match="by pipeline stage"):
+        memory.check_conservation(tiny_moe, per_stage, model.config)
 
 
 def test_fsdp_shards_are_a_world_fraction_of_the_model(tiny_moe, tmp_path):

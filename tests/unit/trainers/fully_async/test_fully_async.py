@@ -106,3 +106,32 @@ def test_the_trainers_side_is_its_selection_minus_what_does_not_apply_here():
     patches = training.TrainingPatches(not_applicable={selection[0]: "target gone"})
     assert intended_patches(patches, "cpu") == sorted(selection[1:])  # applied by it or before it: both count
     assert intended_patches(None, "cpu") == []  # a trainer without a patch set
+
+
+def test_a_sample_records_the_version_its_engine_loaded_not_the_one_scheduled():
+    from trainers.fully_async.busy import BusyClock
+    from trainers.fully_async.producer import RolloutProducer
+    from trainers.fully_async.weights import PublishedState
+
+    class Publisher:  # hands out version 3 whatever is asked: a broken publisher
+        def wait_for(self, version, stop):
+            return PublishedState(3, {"w": torch.zeros(1)})
+
+    class Engine:
+        loaded = None
+
+        def sync_weights(self, state):
+            self.loaded = state
+
+    class Trainer:
+        rollout = Engine()
+
+        def rollout_step(self, step):
+            return "batch", torch.zeros(2), torch.zeros(2)
+
+    samples = BoundedSampleQueue(1)
+    producer = RolloutProducer(Trainer(), Publisher(), samples, BusyClock(), staleness=1, steps=3, device_type="cpu")
+    assert producer._produce(2)
+    sample = samples.get(lambda: True)
+    assert (sample.step, sample.scheduled_version, sample.version) == (2, 1, 3)
+    assert Trainer.rollout.loaded.version == 3
