@@ -102,6 +102,10 @@ def megatron_per_stage(model, plan: Plan, stages: list[int], split=megatron_spli
     return per
 
 
+class ConservationError(AssertionError):
+    """The estimate's count and megatron-core's own modules disagree: the estimate cannot be trusted."""
+
+
 def check_conservation(plan: Plan, per_stage: list[dict[str, int]], hf_config=None) -> str:
     """Each stage's count must equal what megatron-core's own modules of one rank of that stage hold
     (megatron_count: built on meta at the real shapes, sharing no divisor or stage rule with the split).
@@ -114,7 +118,7 @@ def check_conservation(plan: Plan, per_stage: list[dict[str, int]], hf_config=No
     except CountUnavailable as exc:
         return f"not checked against megatron-core ({exc})"
     if ours != theirs:
-        raise AssertionError(f"the Megatron split counts {ours} parameters per rank by pipeline stage, "
+        raise ConservationError(f"the Megatron split counts {ours} parameters per rank by pipeline stage, "
                              f"megatron-core's own modules of one rank hold {theirs}")
     return "per-stage count equal to megatron-core's own modules of one rank"
 

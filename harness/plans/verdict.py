@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import megatron_probe, rules
-from .memory import GIB, MemoryUnavailable, fsdp_estimate, megatron_estimate
+from .memory import GIB, ConservationError, MemoryUnavailable, fsdp_estimate, megatron_estimate
 from .plan_format import Plan
 from .rules import FAIL, OK, UNCHECKED, Finding
 
@@ -52,6 +52,8 @@ def memory_finding(plan: Plan) -> tuple[Finding, dict[str, float]]:
             estimate = megatron_estimate(plan, stages, groups["dp"], groups["expert_dp"])
     except MemoryUnavailable as exc:
         return Finding("cluster.memory_gib", UNCHECKED, str(exc)), {}
+    except ConservationError as exc:  # the estimate is wrong, so a "fits" would be a guess: say it, as a failure
+        return Finding("cluster.memory_gib", FAIL, f"the memory estimate does not add up: {exc}"), {}
     except (AssertionError, ValueError, RuntimeError) as exc:
         return Finding("cluster.memory_gib", UNCHECKED, f"no layout to count ({type(exc).__name__}: {exc})"), {}
     gib = estimate.gib()

@@ -114,3 +114,15 @@ def test_activation_estimate_drops_when_a_module_is_left_out(tiny_moe):
     assert 1.0 < measured / estimate < 2.5
     without_mlp = estimate - 2 * 64 * 4 * len(tiny_moe.model.layer_types) * activations.mlp_width(tiny_moe.model)
     assert measured / without_mlp > 2.5  # leaving the MoE block out falls outside the stated band
+
+
+def test_a_count_that_does_not_add_up_fails_the_plan_memory_finding(tiny_moe, monkeypatch):
+    """Through the verdict: a misplaced layer makes the memory finding fail (never unchecked, never a fit)."""
+    pytest.importorskip("megatron.core")
+    from harness.plans import verdict
+
+    real_place = memory.place
+    monkeypatch.setattr(memory, "place", lambda name, stages: 1 if ".layers.1." in name else real_place(name, stages))
+    finding, gib = verdict.memory_finding(tiny_moe)
+    assert finding.status == verdict.FAIL and gib == {}
+    assert "does not add up" in finding.message and "by pipeline stage" in finding.message
