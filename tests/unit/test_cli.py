@@ -74,7 +74,8 @@ def test_report_of_a_directory_without_results_exits_4(tmp_path):
     ('{"num_hiden_layers": 2}', "unknown key 'num_hiden_layers'"),
     ('{"text_config": {"hiden_size": 8}}', "unknown key 'text_config.hiden_size'"),
     ('[1, 2]', "expected a JSON object"),
-    ('{"num_hidden_layers": "two"}', "not a usable text config"),
+    ('{"num_hidden_layers": "two"}', "num_hidden_layers: expected a whole number >= 1, got 'two'"),
+    ('{"layer_types": "all"}', "not a usable text config"),
 ])
 def test_a_model_config_that_is_not_a_config_exits_2(tmp_path, config, expected):
     pytest.importorskip("transformers")
