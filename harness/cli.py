@@ -192,6 +192,7 @@ def cmd_run(args) -> int:
     _check_seed_and_steps(args)
     out = args.out or Path("reports") / m.name
     _check_directory("--out", out)
+    _check_directory("--env-root", args.env_root)
     if not 0 <= args.retries <= 10:
         raise InputError("--retries: expected a whole number from 0 to 10")
     if args.timeout is not None and not 0 < args.timeout <= 7 * 24 * 3600:

@@ -45,6 +45,12 @@ def test_matrix_list_json_gives_ids_axes_tags_and_pins():
     (("repro", "fsdp-text-*", "--check", "stack-smoke"), "not a cell id"),
     (("repro", "a/b", "--check", "stack-smoke"), "not a cell id"),
     (("frobnicate",), "invalid choice"),
+    (("run", "matrices/cpu.toml", "--out", "README.md"), "--out README.md: exists and is not a directory"),
+    (("run", "matrices/cpu.toml", "--out", "README.md/cpu"), "--out README.md/cpu: README.md is not a directory"),
+    (("run", "matrices/cpu.toml", "--env-root", "README.md"), "--env-root README.md: exists and is not a directory"),
+    (("check", "grpo-convergence", "--work-dir", "README.md"), "--work-dir README.md: exists and is not a directory"),
+    (("check", "bridge-parity", "--backend", "fsdp"), "--backend fsdp: check bridge-parity runs on backend megatron"),
+    (("check", "patch-parity", "--backend", "megatron"), "check patch-parity runs on backend fsdp only"),
 ])
 def test_bad_input_exits_2_with_one_line(args, expected):
     done = harness(*args)
