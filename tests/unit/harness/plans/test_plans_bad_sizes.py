@@ -87,3 +87,13 @@ def test_a_stale_expect_is_said_and_exits_1(tmp_path, project_env):
     done = subprocess.run([sys.executable, "-m", "harness", "plan", "--json", str(stale)], capture_output=True,
                           text=True, env=project_env, timeout=600)
     assert done.returncode == 1 and json.loads(done.stdout)[0]["stale_expect"] is True
+
+
+@pytest.mark.parametrize("option", ["--hidden", "--layers", "--batch", "--length"])
+def test_the_estimate_validation_refuses_sizes_below_1(capsys, option):
+    from harness.plans import validate
+
+    with pytest.raises(SystemExit) as info:
+        validate.main([option, "0"])
+    assert info.value.code == 2
+    assert f"{option}: expected a whole number of at least 1, got 0" in capsys.readouterr().err
