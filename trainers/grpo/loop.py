@@ -51,7 +51,7 @@ class GRPOLoop:
         c = self.config
         if c.batch_prompts % self.dp_size:
             raise TrainerInputError(f"batch_prompts={c.batch_prompts} does not split over {self.dp_size} "
-                             "data-parallel ranks")
+                                    "data-parallel ranks")
         self.loss_config = grpo.LossConfig(c.clip_eps, c.clip_eps_high or c.clip_eps, c.loss_agg, c.kl_coef,
                                            c.kl_estimator)
         self.writer = MetricsWriter(self._metrics_path())
