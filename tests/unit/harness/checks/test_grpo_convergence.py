@@ -165,3 +165,13 @@ def test_its_own_command_line_is_checked_before_it_runs(tmp_path, monkeypatch, c
     assert check.main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {expected}") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_diverging_two_rank_run_fails_at_its_step(tmp_path):
+    """The real trainer on 2 ranks: both stop at the same step (neither waits in a collective), the check fails."""
+    result = check.run_with(CheckOptions(model="text", steps=4, work_dir=tmp_path), trainer_args={"lr": 1e30})
+    if result.status is Status.SKIP:
+        pytest.skip(result.message)
+    assert result.status is Status.FAIL and result.message.startswith("training stopped at step ")
+    assert result.message.endswith("(trainer exited 4)") and result.verdicts[0].name == "finite"
