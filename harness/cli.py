@@ -25,6 +25,7 @@ from harness.matrix import index, newest
 from harness.offline import command as offline_command
 from harness.plans import command as plan_command
 from harness.preflight import command as preflight_command
+from harness.results.directories import directory_problem
 from harness.results.records import write_json_atomic
 
 
@@ -157,45 +158,27 @@ def _check_seed_and_steps(args) -> None:
         raise InputError(f"--steps: expected a whole number of at least 1, got {args.steps}")
 
 
-def _unknown_key(override: dict, known: dict, prefix: str = "") -> str | None:
-    """The first key of `override` (nested tables included) that the config does not have."""
-    for key, value in override.items():
-        if key not in known:
-            return prefix + key
-        if isinstance(value, dict) and isinstance(known[key], dict):
-            inner = _unknown_key(value, known[key], f"{prefix}{key}.")
-            if inner:
-                return inner
-    return None
+def _check_directory(option: str, path: Path) -> None:
+    problem = directory_problem(option, path)
+    if problem:
+        raise InputError(problem)
 
 
 def _check_model_config(path: Path, kind: str) -> None:
-    """A --model-config must be a JSON object of keys the model's config has: a typo would otherwise
-    test the default model in silence. Keys are checked where this environment has Qwen3.5."""
+    """A --model-config must be a JSON object of keys the model's config has, finite, with sizes >= 1: a typo
+    would otherwise test the default model in silence. The trainers' own reading (trainers.models) decides;
+    the keys are checked where this environment has Qwen3.5."""
     if not path.is_file():
         raise InputError(f"--model-config: {path} is not a file")
+    from trainers.models import Qwen35Unavailable, check_override, read_override
+
     try:
-        override = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"--model-config {path}: not a JSON file ({exc})") from None
-    if not isinstance(override, dict):
-        raise InputError(f"--model-config {path}: expected a JSON object of config keys")
-    try:
-        from trainers.models import Qwen35Unavailable, build_config
-    except ImportError:  # no transformers here: the check itself reports that
+        override = read_override(path)
+        check_override(kind, override, f"--model-config {path}")
+    except Qwen35Unavailable:  # no Qwen3.5 here: the check itself reports that
         return
-    try:
-        known = build_config(kind).to_dict()
-    except Qwen35Unavailable:
-        return
-    unknown = _unknown_key(override, known)
-    if unknown:
-        raise InputError(f"--model-config {path}: unknown key {unknown!r} for a {kind} Qwen3.5 config")
-    try:
-        build_config(kind, override)
-    except Exception as exc:  # noqa: BLE001 - whatever the config class refuses, said in one line
-        raise InputError(f"--model-config {path}: not a usable {kind} config ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
 def cmd_matrix(args) -> int:
@@ -231,6 +214,9 @@ def cmd_run(args) -> int:
     m = matrix.load(args.file)
     jobs = _jobs(args.jobs)
     _check_seed_and_steps(args)
+    out = args.out or Path("reports") / m.name
+    _check_directory("--out", out)
+    _check_directory("--env-root", args.env_root)
     if not 0 <= args.retries <= 10:
         raise InputError("--retries: expected a whole number from 0 to 10")
     if args.timeout is not None and not 0 < args.timeout <= 7 * 24 * 3600:
@@ -253,7 +239,6 @@ def cmd_run(args) -> int:
             for dist, version in cell.pinned_releases().items():
                 wanted.setdefault(dist, set()).add(version)
         index.check_releases(wanted, m.locate)
-    out = args.out or Path("reports") / m.name
     chosen = budget = None
     if args.ray is None:  # on Ray the dispatcher places cells on the cluster's resources
         from harness.execution import jobs as job_choice
@@ -315,9 +300,15 @@ def cmd_check(args) -> int:
 
     if args.name not in checks.CHECKS:
         raise InputError(f"unknown check {args.name!r}; expected one of {', '.join(checks.CHECKS)}")
+    spec = checks.CHECKS[args.name]
+    if args.backend not in spec.backends:  # the matrix skips such a cell; asked for by name, it is an error
+        raise InputError(f"--backend {args.backend}: check {args.name} runs on backend "
+                         f"{' or '.join(spec.backends)} only")
     _check_seed_and_steps(args)
     if args.model_config is not None:
         _check_model_config(args.model_config, args.model)
+    if args.work_dir is not None:
+        _check_directory("--work-dir", args.work_dir)
     work = args.work_dir or (args.result_file.parent if args.result_file else None)
     scratch = work is None
     if scratch:
@@ -355,6 +346,7 @@ def cmd_report(args) -> int:
 
     if args.fail_on_new and args.previous is None:
         raise InputError("--fail-on-new needs --previous OLD_DIR")
+    expected = _read_baseline(args)  # a bad baseline is bad input (exit 2), said before anything is written
     if args.format is None:
         paths, changes = render_report(args.dir, previous=args.previous)
         for path in paths:
@@ -372,7 +364,10 @@ def cmd_report(args) -> int:
                               changes=None if changes is None else {(c.cell_id, c.check): c.kind for c in changes})
         print(json.dumps(to_json(report), indent=1) if args.format == "json" else render(report, args.format),
               end="" if args.format != "json" else "\n")
-    _baseline(args)
+    if changes and all(change.before is None for change in changes):
+        print(f"--previous {args.previous}: shares no (cell, check) with {args.dir}; nothing was compared",
+              file=sys.stderr)
+    _baseline(args, expected)
     fresh = new_failures(changes or [])
     if fresh:
         print(f"{len(fresh)} new failures: " + ", ".join(f"{c.cell_id} {c.check}" for c in fresh[:10]), file=sys.stderr)
@@ -381,12 +376,21 @@ def cmd_report(args) -> int:
     return 0
 
 
-def _baseline(args) -> None:
+def _read_baseline(args) -> dict | None:
+    if args.baseline is None:
+        return None
+    from harness.report import load_results
+    from harness.report.baseline import read_baseline
+
+    return read_baseline(args.baseline, {cell.matrix for cell in load_results(args.dir)[0]})
+
+
+def _baseline(args, expected: dict | None) -> None:
     """--write-baseline, then --baseline: exit 6 naming every (cell, check) that differs."""
     if args.baseline is None and args.write_baseline is None:
         return
     from harness.report import load_results
-    from harness.report.baseline import differences, read_baseline, write_baseline
+    from harness.report.baseline import differences, write_baseline
 
     cells, _ = load_results(args.dir)
     if args.write_baseline is not None:
@@ -394,7 +398,7 @@ def _baseline(args) -> None:
                                                    f"{args.write_baseline}")
         print(f"wrote {args.write_baseline}", file=sys.stderr)
     if args.baseline is not None:
-        found = differences(read_baseline(args.baseline), cells)
+        found = differences(expected, cells)
         for difference in found:
             print(f"baseline: {difference}", file=sys.stderr)
         if found:

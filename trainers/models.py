@@ -8,8 +8,11 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import math
 from pathlib import Path
 from typing import Any
+
+from trainers.errors import TrainerInputError, TrainerUnavailable
 
 MODEL_KINDS = ("text", "vl", "moe")
 
@@ -77,7 +80,7 @@ _ZOO = {
 }
 
 
-class Qwen35Unavailable(RuntimeError):
+class Qwen35Unavailable(TrainerUnavailable):
     """The installed transformers has no Qwen3.5 (it first appears in 5.2.0)."""
 
 
@@ -114,20 +117,85 @@ def _merge(base: dict, override: dict) -> dict:
     return out
 
 
+def read_override(path: str | Path) -> dict:
+    """A `--model-config` file: a JSON object whose numbers are finite and whose sizes (the keys the zoo
+    sets to a positive whole number, ids aside) are whole numbers >= 1. TrainerInputError in one line."""
+    path = Path(path)
+    try:
+        override = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise TrainerInputError(f"--model-config {path}: not a JSON file ({reason})") from None
+    if not isinstance(override, dict):
+        raise TrainerInputError(f"--model-config {path}: expected a JSON object of config keys, "
+                                f"got a {type(override).__name__}")
+    problem = _bad_number(override, _positive_sizes())
+    if problem:
+        raise TrainerInputError(f"--model-config {path}: {problem}")
+    return override
+
+
+def _positive_sizes() -> set[str]:
+    """Every key some zoo config sets to a whole number >= 1 (token ids aside): a size that 0 or less breaks."""
+    found: set[str] = set()
+
+    def walk(table: dict) -> None:
+        for key, value in table.items():
+            if isinstance(value, dict):
+                walk(value)
+            elif type(value) is int and value >= 1 and not key.endswith("_id"):
+                found.add(key)
+
+    for *_, config in _ZOO.values():
+        walk(config)
+    return found
+
+
+def _bad_number(table: dict, sizes: set[str], prefix: str = "") -> str | None:
+    for key, value in table.items():
+        where = prefix + str(key)
+        if isinstance(value, dict):
+            inner = _bad_number(value, sizes, where + ".")
+            if inner:
+                return inner
+        elif isinstance(value, float) and not math.isfinite(value):
+            return f"{where}: expected a finite number, got {value}"
+        elif key in sizes and (type(value) is not int or value < 1):
+            return f"{where}: expected a whole number >= 1, got {value!r}"
+    return None
+
+
+def unknown_key(override: dict, known: dict, prefix: str = "") -> str | None:
+    """The first key of `override` (nested tables included) that the config does not have."""
+    for key, value in override.items():
+        if key not in known:
+            return prefix + key
+        if isinstance(value, dict) and isinstance(known[key], dict):
+            inner = unknown_key(value, known[key], f"{prefix}{key}.")
+            if inner:
+                return inner
+    return None
+
+
+def check_override(kind: str, override: dict, where: str) -> None:
+    """An override fits the `kind` config: every key known to it, and the config class takes the values.
+    A vision-language config given for the text model is named here, not deep inside transformers."""
+    unknown = unknown_key(override, build_config(kind).to_dict())
+    if unknown:
+        raise TrainerInputError(f"{where}: unknown key {unknown!r} for a {kind} Qwen3.5 config")
+    try:
+        build_config(kind, override)
+    except Exception as exc:  # noqa: BLE001 - whatever the config class refuses, said in one line
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise TrainerInputError(f"{where}: not a usable {kind} config ({type(exc).__name__}: {first})") from None
+
+
 def build_config(kind: str = "text", override: dict | str | Path | None = None):
-    """A transformers config for `kind`; `override` is a dict or a JSON file merged on top."""
+    """A transformers config for `kind`; `override` is a dict or a JSON file (read_override) merged on top."""
     config_cls, _ = _classes(kind)
     values = default_config(kind)
     if override is not None:
-        if not isinstance(override, dict):
-            path = Path(override)
-            try:
-                override = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ValueError(f"--model-config {path}: {exc}") from exc
-            if not isinstance(override, dict):
-                raise ValueError(f"--model-config {path}: expected a JSON object")
-        values = _merge(values, override)
+        values = _merge(values, override if isinstance(override, dict) else read_override(override))
     return config_cls(**values)
 
 

@@ -1,7 +1,8 @@
 """`python -m harness plan FILE...`: print a verdict per launch plan, one line per reason.
 
-Exit status: 0 when every plan would start, 1 when one would not (or is unchecked somewhere),
-2 for a plan file that is not valid (InputError), 3 without torch here. `--json` prints JSON.
+Exit status: 0 when every plan would start, 1 when one would not (or is unchecked somewhere) or one that
+would start declares `[expect] starts = false` (a stale declaration, said on its own line), 2 for a plan
+file that is not valid (InputError), 3 without torch here. `--json` prints JSON.
 """
 from __future__ import annotations
 
@@ -46,4 +47,4 @@ def cmd_plan(args) -> int:
         for verdict in verdicts:
             print("\n".join(verdict.lines()))
     sys.stdout.flush()
-    return 0 if all(v.verdict == START for v in verdicts) else 1
+    return 0 if all(v.verdict == START and not v.stale_expect for v in verdicts) else 1

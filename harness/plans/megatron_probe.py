@@ -36,7 +36,15 @@ def version() -> str | None:
         return "unknown"
 
 
-def _config_kwargs(plan: Plan, **parallel) -> dict:
+STAGE_FIELDS = ("parallel.first_stage_layers", "parallel.last_stage_layers")  # megatron's uneven pipeline stages
+
+
+def stage_fields(plan: Plan) -> list[str]:
+    """The uneven pipeline stage fields the plan sets."""
+    return [field for field in STAGE_FIELDS if getattr(plan, field.split(".")[1])]
+
+
+def _config_kwargs(plan: Plan, stages: bool = True, **parallel) -> dict:
     import torch
     from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -61,21 +69,22 @@ def _config_kwargs(plan: Plan, **parallel) -> dict:
                   linear_value_head_dim=m.get("linear_value_head_dim"),
                   linear_num_key_heads=m.get("linear_num_key_heads"),
                   linear_num_value_heads=m.get("linear_num_value_heads"))
-    if plan.first_stage_layers:
+    if stages and plan.first_stage_layers:
         kw["num_layers_in_first_pipeline_stage"] = plan.first_stage_layers
-    if plan.last_stage_layers:
+    if stages and plan.last_stage_layers:
         kw["num_layers_in_last_pipeline_stage"] = plan.last_stage_layers
     kw.update(parallel)
     return kw
 
 
-def build_config(plan: Plan, **parallel):
-    """megatron-core's TransformerConfig for the plan (parallel sizes overridable); raises what it raises."""
+def build_config(plan: Plan, stages: bool = True, **parallel):
+    """megatron-core's TransformerConfig for the plan (parallel sizes overridable, the uneven stage sizes left out
+    when not `stages`); raises what it raises."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return TransformerConfig(**_config_kwargs(plan, **parallel))
+        return TransformerConfig(**_config_kwargs(plan, stages, **parallel))
 
 
 def gdn_variant_known() -> bool:
@@ -88,22 +97,35 @@ def gdn_variant_known() -> bool:
 
 
 def config_rejections(plan: Plan) -> dict[str, str]:
-    """plan field -> megatron-core's rejection, probing each parallel size alone, then all together."""
+    """plan field -> megatron-core's rejection, probing each parallel size alone, then all together. The uneven
+    stage sizes go with pp only; a pp probe that fails with them and passes without them blames them."""
     sizes = {"parallel.tp": plan.tp, "parallel.pp": plan.pp, "parallel.cp": plan.cp, "parallel.ep": plan.ep,
              "parallel.etp": plan.etp}
     found = {}
     ones = dict.fromkeys(PARALLEL_FIELDS.values(), 1)  # etp unset would follow tp: pin every size
     for field, keyword in PARALLEL_FIELDS.items():
+        probe = {**ones, keyword: sizes[field]}
         try:
-            build_config(plan, **{**ones, keyword: sizes[field]})
+            build_config(plan, field == "parallel.pp", **probe)
         except (ValueError, AssertionError, TypeError) as exc:
-            found[field] = f"{type(exc).__name__}: {exc}"
+            found.update(dict.fromkeys(_culprits(plan, field, probe), f"{type(exc).__name__}: {exc}"))
     if not found:
         try:
             build_config(plan, **{kw: sizes[f] for f, kw in PARALLEL_FIELDS.items()})
         except (ValueError, AssertionError, TypeError) as exc:
             found["parallel"] = f"{type(exc).__name__}: {exc}"
     return found
+
+
+def _culprits(plan: Plan, field: str, probe: dict) -> list[str]:
+    """The fields a failed probe blames: the stage sizes the plan sets when pp without them is accepted."""
+    if field != "parallel.pp" or not stage_fields(plan):
+        return [field]
+    try:
+        build_config(plan, False, **probe)
+    except (ValueError, AssertionError, TypeError):
+        return [field]
+    return stage_fields(plan)
 
 
 def layers_per_stage(plan: Plan) -> list[int]:

@@ -54,6 +54,7 @@ Every problem is an `InputError` naming the file and the field: one line, exit s
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,8 +81,9 @@ _STR_FIELDS = {"plan": {"name": None, "model": None, "backend": None, "source": 
                "cluster": {"device": None}, "rollout": {"engine": "none"},
                "expect": {"reason": "", "link": ""}}
 _FLOAT_FIELDS = {"cluster": {"memory_gib": None}}
-# 0 means "not set" for these (and an SFT plan has no response)
-_OPTIONAL_ZERO = {"first_stage_layers", "last_stage_layers", "nodes", "max_response_length"}
+# 0 means "not set" for these (and an SFT plan has no response); keyed by section too: cluster.nodes = 0 is no world
+_OPTIONAL_ZERO = {"parallel.first_stage_layers", "parallel.last_stage_layers", "rollout.nodes",
+                  "batch.max_response_length"}
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,7 @@ def _read(data: dict, path: Path, fields: dict, kind: type, check) -> dict[str, 
                 value = float(value)
             if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
                 raise InputError(f"{where}: expected {kind.__name__}, got {value!r}")
-            check(where, key, value)
+            check(where, f"{section}.{key}", value)
             out[_attribute(section, key)] = value
     return out
 
@@ -209,7 +211,10 @@ def _attribute(section: str, key: str) -> str:
 
 
 def _positive(where: str, key: str, value) -> None:
+    """Sizes: finite (TOML has nan and inf) and above 0, or 0 where 0 means unset (_OPTIONAL_ZERO)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise InputError(f"{where}: expected a finite number above 0, got {value}")
         if value < 0 or (value == 0 and key not in _OPTIONAL_ZERO):
             raise InputError(f"{where}: expected a number above 0, got {value}")
 

@@ -110,7 +110,7 @@ def megatron_rules(plan: Plan) -> list[Finding]:
         out.append(Finding("plan.model", FAIL, "this megatron-core has no Gated DeltaNet variant "
                            "(TransformerConfig.experimental_attention_variant)", src))
     rejected = megatron_probe.config_rejections(plan)
-    for field in (*megatron_probe.PARALLEL_FIELDS, "parallel"):
+    for field in (*megatron_probe.PARALLEL_FIELDS, *megatron_probe.STAGE_FIELDS, "parallel"):
         if field in rejected:
             out.append(Finding(field, FAIL, f"TransformerConfig rejects it: {rejected[field]}", src))
     if not rejected:
@@ -127,11 +127,15 @@ def _pipeline(plan: Plan, src: str) -> list[Finding]:
     try:
         stages = megatron_probe.layers_per_stage(plan)
     except (AssertionError, ValueError) as exc:
+        if megatron_probe.stage_fields(plan):
+            return [Finding(field, FAIL, f"get_num_layers_to_build: {exc or type(exc).__name__}", src)
+                    for field in megatron_probe.stage_fields(plan)]
         return [Finding("parallel.pp", FAIL, f"get_num_layers_to_build: {exc or type(exc).__name__}; set "
                         "parallel.first_stage_layers / last_stage_layers for an uneven split", src)]
     if sum(stages) != plan.model.get("num_hidden_layers"):
-        return [Finding("parallel.pp", FAIL, f"stages build {stages} layers, {sum(stages)} of "
-                        f"{plan.model.get('num_hidden_layers')}", src)]
+        return [Finding(field, FAIL, f"stages build {stages} layers, {sum(stages)} of "
+                        f"{plan.model.get('num_hidden_layers')}", src)
+                for field in megatron_probe.stage_fields(plan) or ["parallel.pp"]]
     return [Finding("parallel.pp", OK, f"layers per stage {stages}", src)]
 
 
@@ -194,9 +198,28 @@ def _megatron_arithmetic(plan: Plan) -> list[Finding]:
                    src)
     if not (plan.first_stage_layers or plan.last_stage_layers):
         out += _divides("parallel.pp", plan.pp, {"layers": m.get("num_hidden_layers")}, src)
+    else:
+        out += _uneven_stages(plan, src)
     if m.experts:
         out += _divides("parallel.ep", plan.ep, {"experts": m.experts}, src)
     return out
+
+
+def _uneven_stages(plan: Plan, src: str) -> list[Finding]:
+    """The uneven stage sizes as arithmetic: a pipeline to make uneven, and the layers left for the middle
+    stages splitting evenly over them (what megatron-core's TransformerConfig asks)."""
+    fields = megatron_probe.stage_fields(plan)
+    layers = plan.model.get("num_hidden_layers")
+    if plan.pp == 1:
+        return [Finding(field, FAIL, "set, but parallel.pp = 1: there are no pipeline stages to make uneven", src)
+                for field in fields]
+    middle = plan.pp - len(fields)
+    rest = layers - plan.first_stage_layers - plan.last_stage_layers
+    if rest < 0 or (middle == 0 and rest) or (middle and rest % middle):
+        return [Finding(field, FAIL, f"leaves {rest} of {layers} layers for {middle} middle stages: not an even "
+                        "split", src) for field in fields]
+    return [Finding(field, OK, f"{layers - rest} layers in the uneven stages, {rest} over {middle} middle stages",
+                    src) for field in fields]
 
 
 def fsdp_rules(plan: Plan) -> list[Finding]:

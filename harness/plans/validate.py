@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--length", type=int, default=256)
     args = parser.parse_args(argv)
+    for option in ("hidden", "layers", "batch", "length"):  # sizes: a whole number of at least 1, named
+        if getattr(args, option) < 1:
+            parser.error(f"--{option}: expected a whole number of at least 1, got {getattr(args, option)}")
     print(json.dumps(measure(args.kind, args.hidden, args.layers, args.batch, args.length)))
     return 0
 

@@ -27,12 +27,20 @@ class PlanVerdict:
         statuses = {f.status for f in self.findings}
         return NO_START if FAIL in statuses else OPEN if UNCHECKED in statuses else START
 
+    @property
+    def stale_expect(self) -> bool:
+        """Declared not to start ([expect] starts = false), yet it would start here: the declaration is stale."""
+        return not self.plan.expect_starts and self.verdict == START
+
     def lines(self) -> list[str]:
         head = f"{self.plan.path.name}: {self.verdict} ({self.plan.name}; {self.plan.world_size} x {self.plan.device})"
-        return [head] + [f"  {f.line()}" for f in self.findings]
+        stale = [f"  stale     expect.starts: declared false ({self.plan.expect_reason}), but it would start here: "
+                 "the declaration is stale"] if self.stale_expect else []
+        return [head] + [f"  {f.line()}" for f in self.findings] + stale
 
     def to_dict(self) -> dict:
         return {"plan": self.plan.path.name, "name": self.plan.name, "verdict": self.verdict,
+                "stale_expect": self.stale_expect,
                 "memory_gib": self.memory_gib,
                 "findings": [{"field": f.field, "status": f.status, "message": f.message, "source": f.source}
                              for f in self.findings]}

@@ -195,7 +195,12 @@ def compare_with(cells: list[CellResult], previous_dir: Path | str) -> tuple[lis
     if not previous:
         detail = f": {problems[0]}" if problems else ""
         raise ResultsError(f"--previous {previous_dir}: no readable cell results{detail}")
-    return compare(cells, previous), [f"previous run: {p}" for p in problems]
+    changes = compare(cells, previous)
+    problems = [f"previous run: {p}" for p in problems]
+    if changes and all(change.before is None for change in changes):  # another matrix's results, say
+        problems.append(f"previous run {previous_dir} shares no (cell, check) with this run: "
+                        "every entry was compared with nothing (its change says only whether it fails now)")
+    return changes, problems
 
 
 def write_report(report_dir: Path | str, formats: Iterable[str] = DEFAULT_FORMATS,

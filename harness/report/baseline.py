@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import InputError
-from harness.results.records import CellResult, write_text_atomic
+from harness.results.records import CellResult, Status, write_text_atomic
 
 BASELINE_SCHEMA = "qwen35-verdict-baseline"
 BASELINE_SCHEMA_VERSION = 1
@@ -44,8 +44,9 @@ def write_baseline(path: Path | str, cells: list[CellResult], command: str) -> N
     write_text_atomic(Path(path), json.dumps(data, indent=1) + "\n")
 
 
-def read_baseline(path: Path | str) -> dict[str, dict[str, str]]:
-    """The baseline's {cell id: {check: status}}; InputError naming the file and what is wrong."""
+def read_baseline(path: Path | str, matrices: set[str] | None = None) -> dict[str, dict[str, str]]:
+    """The baseline's {cell id: {check: status}}; InputError naming the file and what is wrong: not a baseline,
+    a status no check can have, or (given the results' `matrices`) written for another matrix."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -59,6 +60,16 @@ def read_baseline(path: Path | str) -> dict[str, dict[str, str]]:
     if not isinstance(cells, dict) or not all(
             isinstance(checks, dict) and all(isinstance(s, str) for s in checks.values()) for checks in cells.values()):
         raise InputError(f"--baseline {path}: \"cells\" must map cell ids to {{check: status}}")
+    known = {status.value for status in Status}
+    for cell_id, checks in cells.items():
+        for check, status in checks.items():
+            if status not in known:
+                raise InputError(f"--baseline {path}: cells.{cell_id}.{check}: unknown status {status!r}; expected "
+                                 f"one of {', '.join(sorted(known))}")
+    written_for = {name.strip() for name in str(data.get("matrix", "")).split(",") if name.strip()}
+    if matrices and written_for and not written_for & matrices:
+        raise InputError(f"--baseline {path}: written for matrix {', '.join(sorted(written_for))}; these results "
+                         f"are of matrix {', '.join(sorted(matrices))}")
     return cells
 
 

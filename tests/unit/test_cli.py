@@ -45,6 +45,12 @@ def test_matrix_list_json_gives_ids_axes_tags_and_pins():
     (("repro", "fsdp-text-*", "--check", "stack-smoke"), "not a cell id"),
     (("repro", "a/b", "--check", "stack-smoke"), "not a cell id"),
     (("frobnicate",), "invalid choice"),
+    (("run", "matrices/cpu.toml", "--out", "README.md"), "--out README.md: exists and is not a directory"),
+    (("run", "matrices/cpu.toml", "--out", "README.md/cpu"), "--out README.md/cpu: README.md is not a directory"),
+    (("run", "matrices/cpu.toml", "--env-root", "README.md"), "--env-root README.md: exists and is not a directory"),
+    (("check", "grpo-convergence", "--work-dir", "README.md"), "--work-dir README.md: exists and is not a directory"),
+    (("check", "bridge-parity", "--backend", "fsdp"), "--backend fsdp: check bridge-parity runs on backend megatron"),
+    (("check", "patch-parity", "--backend", "megatron"), "check patch-parity runs on backend fsdp only"),
 ])
 def test_bad_input_exits_2_with_one_line(args, expected):
     done = harness(*args)
@@ -74,7 +80,8 @@ def test_report_of_a_directory_without_results_exits_4(tmp_path):
     ('{"num_hiden_layers": 2}', "unknown key 'num_hiden_layers'"),
     ('{"text_config": {"hiden_size": 8}}', "unknown key 'text_config.hiden_size'"),
     ('[1, 2]', "expected a JSON object"),
-    ('{"num_hidden_layers": "two"}', "not a usable text config"),
+    ('{"num_hidden_layers": "two"}', "num_hidden_layers: expected a whole number >= 1, got 'two'"),
+    ('{"layer_types": "all"}', "not a usable text config"),
 ])
 def test_a_model_config_that_is_not_a_config_exits_2(tmp_path, config, expected):
     pytest.importorskip("transformers")

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
 
+from trainers.errors import TrainerInputError
 from trainers.grpo.loop import GRPOLoop
 from trainers.grpo.tasks import make_task
 from trainers.runtime import determinism
@@ -84,7 +85,7 @@ class GRPOTrainer(GRPOLoop):
         self.determinism = determinism.apply(self.plan.type)
         self.rank, self.world, self.device = init_distributed(self.plan)
         if config.batch_prompts % self.world:
-            raise ValueError(f"batch_prompts={config.batch_prompts} does not split over {self.world} ranks")
+            raise TrainerInputError(f"batch_prompts={config.batch_prompts} does not split over {self.world} ranks")
         self.task = make_task(config.task)
         self.patches = training_patches.apply_for(self.plan.type)  # before the model is built
         if self.rank == 0:

@@ -26,8 +26,8 @@ def option_problems(mode: str, staleness: int, tis_cap: float) -> list[str]:
     problems = []
     if mode not in MODES:
         problems.append(f"mode={mode!r} (expected one of {', '.join(MODES)})")
-    if staleness < 0:
+    if not staleness >= 0:
         problems.append("staleness must be >= 0 (weight versions a sample may lag the trainer)")
-    if tis_cap <= 0:
+    if not tis_cap > 0:  # NaN too
         problems.append("tis_cap must be > 0 (the truncation of the importance weight)")
     return problems

@@ -92,6 +92,7 @@ def _one_update(trainer, step, samples, publisher, producer, clock, producer_pat
     started = time.perf_counter()
     with clock.busy("update"):
         stats = trainer.update(sample.batch, sample.advantages)
+        trainer.stop_if_not_finite(step, stats)
         update_seconds = time.perf_counter() - started
         started = time.perf_counter()
         state = trainer.export_weights()  # a collective under FSDP2 / tensor parallelism

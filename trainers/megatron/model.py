@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from trainers.errors import TrainerUnavailable
+
 from .config import ParallelSizes
 from .kernel_shim import fla_available
 from .layer_specs import block_spec
@@ -154,7 +156,7 @@ def megatron_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     return logits[:, :length]
 
 
-class VariantUnavailable(RuntimeError):
+class VariantUnavailable(TrainerUnavailable):
     """megatron-core cannot build or run this Qwen3.5 variant here; the message holds its real error."""
 
 
@@ -169,10 +171,7 @@ def variant_override(variant: str, hf_kind_config: dict) -> dict:
 
 def build_hf_variant(variant: str, model_config=None, seed: int = 0, model_path=None, kind: str = "text"):
     """The HF Qwen3.5 model (`kind` text or moe) for `variant`, from the zoo (plus `model_config`) or a checkpoint."""
-    import json
-    from pathlib import Path
-
-    from ..models import build_model, default_config
+    from ..models import build_model, default_config, read_override
 
     if model_path is not None:
         model = build_model(kind, seed=seed, model_path=model_path)
@@ -182,7 +181,7 @@ def build_hf_variant(variant: str, model_config=None, seed: int = 0, model_path=
         return model
     override = model_config
     if override is not None and not isinstance(override, dict):
-        override = json.loads(Path(override).read_text())
+        override = read_override(override)
     override = dict(override or {})
     merged = {**default_config(kind), **override}  # layer_types and num_hidden_layers are top-level keys
     return build_model(kind, {**override, **variant_override(variant, merged)}, seed=seed)

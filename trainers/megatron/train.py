@@ -19,6 +19,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from trainers.errors import TrainerInputError
 from trainers.grpo import objective as grpo
 from trainers.grpo.loop import GRPOLoop
 from trainers.grpo.tasks import make_task
@@ -53,7 +54,7 @@ def init_model_parallel(sizes: ParallelSizes) -> None:
 
     world = dist.get_world_size()
     if world % sizes.model_parallel():
-        raise ValueError(f"world size {world} is not a multiple of tp*pp*cp={sizes.model_parallel()}")
+        raise TrainerInputError(f"world size {world} is not a multiple of tp*pp*cp={sizes.model_parallel()}")
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=sizes.tp,
                                                  pipeline_model_parallel_size=sizes.pp,

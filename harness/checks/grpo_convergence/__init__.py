@@ -33,6 +33,7 @@ import argparse
 import datetime
 import importlib
 import json
+import math
 import os
 import platform
 import sys
@@ -248,6 +249,11 @@ def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | 
     if code is None:
         return CheckResult(NAME, Status.TIMEOUT, f"trainer ran over {RUN_TIMEOUT:.0f} s ({len(records)} steps done)",
                            metrics={"per_step": records, "wall_seconds": seconds}, log=str(log))
+    stopped = next((r["stopped"] for r in records if "stopped" in r), None)  # a non-finite loss or norm
+    if stopped:
+        return CheckResult(NAME, Status.FAIL, f"{stopped} (trainer exited {code})",
+                           metrics={"per_step": records, "wall_seconds": seconds}, log=str(log),
+                           verdicts=[Verdict("finite", Status.FAIL, stopped)])
     if code != 0 or len(records) != steps:
         return CheckResult(NAME, Status.FAIL, f"trainer exited {code} after {len(records)} of {steps} steps; see log",
                            metrics={"per_step": records, "wall_seconds": seconds}, log=str(log))
@@ -355,6 +361,19 @@ def regenerate(model: str, backend: str, work_dir: Path, argv: list[str], stalen
     return path
 
 
+def option_problem(args) -> str | None:
+    """This module's own command line, checked before anything runs or is written (one line, exit 2)."""
+    from harness.results.directories import directory_problem
+
+    if not 0 <= args.seed < 2**32:
+        return f"--seed: expected a whole number from 0 to {2**32 - 1}, got {args.seed}"
+    if args.steps is not None and args.steps < 1:
+        return f"--steps: expected a whole number of at least 1, got {args.steps}"
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr >= 0):
+        return f"--lr: expected a finite number >= 0, got {args.lr}"
+    return directory_problem("--work-dir", args.work_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m harness.checks.grpo_convergence", description=__doc__,
@@ -374,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollout", default="hf", choices=("hf", "vllm"), help="with --regenerate: which reference")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    problem = option_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     args.work_dir.mkdir(parents=True, exist_ok=True)
     bounds = (args.staleness,) if args.staleness else FULLY_ASYNC_STALENESS
     if args.regenerate:

@@ -135,3 +135,49 @@ def test_only_cpu_runs_with_hf_rollout_or_one_vllm_rank_go_to_forked_ranks(tmp_p
     assert check.forked_trainer(command("cpu", nproc=1, rollout="vllm"))[2] == 1
     assert check.forked_trainer(command("cuda")) is None  # a device runtime does not survive fork
     assert check.forked_trainer(command("cuda", nproc=1, rollout="vllm")) is None
+
+
+def test_a_run_stopped_at_a_non_finite_loss_fails_naming_the_step(tmp_path, monkeypatch):
+    """The trainer's stop (exit 4, its last metrics line says why) is the check's failure, with the step."""
+    pytest.importorskip("transformers")
+    stopped = "training stopped at step 2: non-finite loss = nan, grad_norm = nan"
+
+    def trainer_that_diverges(command, log, timeout=check.RUN_TIMEOUT):
+        metrics = command[command.index("--metrics") + 1]
+        lines = [*_records([0.1, 0.2]), {"step": 2, "loss": "nan", "grad_norm": "nan", "stopped": stopped,
+                                         "non_finite": ["loss", "grad_norm"]}]
+        with open(metrics, "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(line) + "\n" for line in lines)
+        log.write_text(f"error: {stopped}\n")
+        return 4, 0.1
+
+    monkeypatch.setattr(check, "run_trainer", trainer_that_diverges)
+    result = check.run_with(CheckOptions(model="text", steps=3, work_dir=tmp_path), reference=REFERENCE)
+    assert result.status is Status.FAIL and result.message == f"{stopped} (trainer exited 4)"
+    assert [(v.name, v.status, v.message) for v in result.verdicts] == [("finite", Status.FAIL, stopped)]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--lr", "nan"], "--lr: expected a finite number >= 0, got nan"),
+    (["--lr=-1"], "--lr: expected a finite number >= 0, got -1.0"),
+    (["--steps", "0"], "--steps: expected a whole number of at least 1, got 0"),
+    (["--seed=-2"], "--seed: expected a whole number from 0"),
+    (["--work-dir", "FILE"], "--work-dir FILE: exists and is not a directory"),
+])
+def test_its_own_command_line_is_checked_before_it_runs(tmp_path, monkeypatch, capsys, args, expected):
+    (tmp_path / "FILE").write_text("not a directory")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(check, "run_with", lambda *a, **k: pytest.fail("ran with bad options"))
+    assert check.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {expected}") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_diverging_two_rank_run_fails_at_its_step(tmp_path):
+    """The real trainer on 2 ranks: both stop at the same step (neither waits in a collective), the check fails."""
+    result = check.run_with(CheckOptions(model="text", steps=4, work_dir=tmp_path), trainer_args={"lr": 1e30})
+    if result.status is Status.SKIP:
+        pytest.skip(result.message)
+    assert result.status is Status.FAIL and result.message.startswith("training stopped at step ")
+    assert result.message.endswith("(trainer exited 4)") and result.verdicts[0].name == "finite"

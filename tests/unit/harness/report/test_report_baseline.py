@@ -74,3 +74,27 @@ def test_the_committed_cpu_smoke_baseline_covers_exactly_the_pull_request_slice(
             assert set(expected[cell.id]) == set(cell.checks), cell.id
     workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
     assert "nox -t smoke boundary" in workflow and "--baseline matrices/baselines/cpu-smoke.json" in workflow
+
+
+def test_a_baseline_with_an_unknown_status_or_of_another_matrix_is_bad_input_before_anything_is_written(tmp_path):
+    run, baseline = tmp_path / "run", tmp_path / "baseline.json"
+    write(run, {"5.3.0": Status.PASS})
+    assert harness("report", run, "--write-baseline", baseline).returncode == 0
+    (run / "report.html").unlink()
+    data = json.loads(baseline.read_text())
+
+    data["cells"]["fsdp-text-tf5.3.0"]["stack-smoke"] = "passed"
+    baseline.write_text(json.dumps(data))
+    done = harness("report", run, "--baseline", baseline)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"error: --baseline {baseline}: cells.fsdp-text-tf5.3.0.stack-smoke: unknown status "
+                           "'passed'; expected one of affected, crash, error, fail, pass, skip, timeout, xfail\n")
+
+    data["cells"]["fsdp-text-tf5.3.0"]["stack-smoke"] = "pass"
+    data["matrix"] = "cuda"
+    baseline.write_text(json.dumps(data))
+    done = harness("report", run, "--baseline", baseline)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"error: --baseline {baseline}: written for matrix cuda; these results are of "
+                           "matrix cpu\n")
+    assert not (run / "report.html").exists()  # refused before the report was rendered
