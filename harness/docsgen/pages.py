@@ -16,6 +16,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "checks-from-readme": lambda: tables.checks_table("docs/checks/"),
     "checks-from-docs": lambda: tables.checks_table("checks/"),
     "exit-statuses": tables.exit_status_table,
+    "trainer-exit-statuses": tables.trainer_exit_status_table,
     "sessions": tables.sessions_table,
     "sessions-full": lambda: tables.sessions_table(full=True),
     "measured": figures.measured_table,

@@ -45,6 +45,18 @@ def exit_status_table() -> str:
     return _table(["status", "meaning", "when"], rows)
 
 
+def trainer_exit_status_table() -> str:
+    """The trainers' own statuses (`python -m trainers.fsdp` / `trainers.megatron`), from trainers/errors.py."""
+    from trainers import errors as trainer_errors
+
+    classes = sorted((cls for cls in _subclasses(trainer_errors.TrainerError) if "exit_code" in vars(cls)
+                      and cls is not trainer_errors.TrainerError), key=lambda cls: cls.exit_code)
+    rows = [["0", "done", "the run finished its steps"]]
+    rows += [[str(cls.exit_code), cls.__name__, _first_sentence(inspect.getdoc(cls) or "")] for cls in classes]
+    rows.append(["1", "an error of the stack", "anything else, with its traceback"])
+    return _table(["status", "meaning", "when"], rows)
+
+
 def _subclasses(cls: type) -> list[type]:
     found = [cls]
     for sub in cls.__subclasses__():
