@@ -14,6 +14,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from .axes import ALL_AXES, CHOICE_AXES, VERSION_AXES
+from .sources import is_source
 
 ABSENT = "absent"  # a package axis the cell does not have
 
@@ -60,7 +61,8 @@ class Selector:
 
     def matches(self, axes: dict[str, str]) -> bool:
         for axis, spec in self.specifiers:
-            if axis not in axes or not spec.contains(Version(axes[axis]), prereleases=True):
+            # a git source (sources.py) has no version: no version specifier matches it
+            if axis not in axes or is_source(axes[axis]) or not spec.contains(Version(axes[axis]), prereleases=True):
                 return False
         if any(axis in axes for axis in self.absent):
             return False
