@@ -170,14 +170,14 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     started = time.perf_counter()
     from harness.checks.support.forked_ranks import preload
 
-    # first, in this process: the ranks' own bridge lookups then reuse what imported
-    library_bridges = megatron_bridge.probe()
     preload("harness.checks.bridge_parity.ranks", "trainers.megatron.train", "trainers.megatron.model",
             "trainers.megatron.mapping")
     results, launchers = {}, {}
     for job in jobs:  # forked ranks die with this process (and are killed on any exception)
         results[job], launchers[job] = _run_job(job, options, work, broken,
                                                 max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
+    # after the ranks: importing Megatron-Bridge starts native threads, and ranks fork only from a process without
+    library_bridges = megatron_bridge.probe()
     verdicts = [parity_verdict(f"{case}-{job}", results[job].get(case), work / f"{job}.log")
                 for job in jobs for case in JOBS[job][2].split(",")]
     if "tp1" in jobs:

@@ -147,3 +147,16 @@ def test_a_row_whose_source_cannot_be_reached_reads_not_installable_never_broken
     monkeypatch.setattr(run_module.cellenv, "build", other)
     again = run_cell(cell, m, RunOptions(out_dir=tmp_path / "out2", env_root=tmp_path / "envs", retries=0))
     assert again.checks[0].message.startswith("environment setup failed")
+
+
+def test_the_report_shows_a_git_source_row_beside_release_rows():
+    from harness.report import build_report, to_html
+    from harness.results.records import CellResult, CheckResult
+
+    axes = {"backend": "megatron", "model": "text", "transformers": "5.23.0", "megatron_core": "0.16.1"}
+    rows = [CellResult("cpu", "a", {**axes, "mbridge": SOURCE}, checks=[CheckResult(
+                "stack-smoke", Status.ERROR, "not installable on this runner: it cannot reach github.com <x>",
+                failure_class="infra")]),
+            CellResult("cpu", "b", {**axes, "mbridge": "0.15.1"}, checks=[CheckResult("stack-smoke", Status.PASS, "ok")])]
+    page = to_html(build_report(rows))
+    assert SOURCE in page and "0.15.1" in page and "<x>" not in page
