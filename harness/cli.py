@@ -18,11 +18,13 @@ from pathlib import Path
 
 from harness import checks, matrix
 from harness.envs import devices
-from harness.errors import BaselineChanged, HarnessError, InputError, NewFailures
+from harness.errors import INTERRUPTED, BaselineChanged, HarnessError, InputError, NewFailures
 from harness.execution import runner
 from harness.execution.lock import results_lock
-from harness.matrix import index
+from harness.matrix import index, newest
+from harness.offline import command as offline_command
 from harness.plans import command as plan_command
+from harness.preflight import command as preflight_command
 from harness.results.records import write_json_atomic
 
 
@@ -41,6 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument("file", type=Path)
     lst.add_argument("--tags", nargs="+", default=None)
     lst.add_argument("--json", action="store_true")
+
+    wt = ml.add_parser("watch", help="releases newer than a matrix names, and the cells crossing them would add")
+    wt.add_argument("file", type=Path)
+    wt.add_argument("--json", action="store_true")
+    wt.add_argument("--write", type=Path, default=None, metavar="FILE", help="write those cells as a matrix file")
+    wt.add_argument("--tags", nargs="+", default=None, help="cross only into the cells with any of these tags")
 
     run = sub.add_parser("run", help="run the cells of a matrix file and write their results")
     run.add_argument("file", type=Path)
@@ -67,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--ray", default=None, metavar="ADDRESS",
                      help="run the cells as Ray tasks on a cluster: host:port, ray://host:port, auto, or local "
                           "(starts one on this machine)")
+    offline_command.add_run_options(run)
 
     chk = sub.add_parser("check", help="run one check in the current environment")
     chk.add_argument("name")
@@ -124,6 +133,8 @@ def _parser() -> argparse.ArgumentParser:
     jm.add_argument("--matrices", type=Path, default=Path("matrices"))
     jm.add_argument("--container", choices=("yes", "no", "any"), default="any",
                     help="only cells that run in a container image (yes), only those that do not (no)")
+    jm.add_argument("--preflight", type=Path, default=None, metavar="RESULTS",
+                    help="leave out the cells whose pre-flight under RESULTS/<matrix>/preflight/ cannot install")
     sm = gha.add_parser("summary", help="print a report's Markdown cut below GitHub's 1 MiB summary limit")
     sm.add_argument("markdown", type=Path)
     sm.add_argument("--link", required=True, help="where the full report is published")
@@ -131,6 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     cy.add_argument("previous", type=Path)
     cy.add_argument("results", type=Path)
     plan_command.add_parser(sub)
+    preflight_command.add_parser(sub)
+    offline_command.add_parser(sub)
     return top
 
 
@@ -186,6 +199,10 @@ def _check_model_config(path: Path, kind: str) -> None:
 
 
 def cmd_matrix(args) -> int:
+    if args.action == "watch":
+        from harness.matrix.watch_cli import main as watch
+
+        return watch(args.file, args.json, args.write, args.tags)
     m = matrix.load(args.file)
     cells = m.select(tags=args.tags) if args.tags else m.cells
     if args.json:
@@ -201,10 +218,17 @@ def cmd_matrix(args) -> int:
 def cmd_run(args) -> int:
     from harness.execution.run import RunOptions, run_matrix
 
-    m = matrix.load(args.file)
     unknown = checks.unknown_checks(args.checks or [])
     if unknown:
         raise InputError(f"--checks: unknown check {unknown[0]!r}; expected one of {', '.join(checks.CHECKS)}")
+    if args.here:  # on the interpreter at hand, from a wheelhouse only: no index, no environment (harness/offline)
+        _check_seed_and_steps(args)
+        return offline_command.run_here(args, lambda m, cells, prepare: _run_here(args, m, cells, prepare))
+    extra = next((o for o, v in (("--wheelhouse", args.wheelhouse), ("--device", args.device), ("--have", args.have),
+                                 ("--dry-run", args.dry_run)) if v), None)
+    if extra:
+        raise InputError(f"{extra}: only with --here")
+    m = matrix.load(args.file)
     jobs = _jobs(args.jobs)
     _check_seed_and_steps(args)
     if not 0 <= args.retries <= 10:
@@ -220,6 +244,9 @@ def cmd_run(args) -> int:
     # On Ray the cluster's nodes hold the devices (the dispatcher checks their resources), not this machine.
     for device in sorted({c.axes["device"] for c in cells}) if args.ray is None else ():
         devices.require(device, f"matrix {m.path.name}")
+    cells = newest.resolve_cells(m, cells)  # `newest` and the like: releases on the index now (matrix/newest.py)
+    for line in sorted({f"{r.axis} {r.text()}" for c in cells for r in c.resolved}):
+        print(f"resolved: {line}", file=sys.stderr)
     if not args.no_index_check:
         wanted: dict[str, set[str]] = {}
         for cell in cells:
@@ -251,6 +278,20 @@ def cmd_run(args) -> int:
         if not args.no_report:
             _write_report(out)
     return 0
+
+
+def _run_here(args, m, cells, prepare) -> None:
+    from harness.execution.run import RunOptions, run_matrix
+
+    out = args.out or Path("reports") / m.name
+    opts = RunOptions(out_dir=out, env_root=args.env_root, jobs=1, redo=args.redo, checks=tuple(args.checks or ()),
+                      seed=args.seed, steps=args.steps, timeout=args.timeout, retries=args.retries, reuse=False,
+                      fork=not args.no_fork, prepare=prepare)
+    with results_lock(out):
+        print(f"matrix {m.name}: {len(cells)} rows here on {sys.executable} -> {out}", file=sys.stderr)
+        run_matrix(m, cells, opts)
+        if not args.no_report:
+            _write_report(out)
 
 
 def _jobs(value: str) -> int | None:
@@ -401,7 +442,7 @@ def cmd_bisect(args) -> int:
 
     def run_one(cell):
         print(f"bisect: running {cell.id}", file=sys.stderr)
-        return run_cell(cell, m, opts)
+        return run_cell(newest.resolve_cells(m, [cell])[0], m, opts)  # a template's other `newest` axes
 
     with results_lock(out):
         result = run_bisect(m, args.package, args.good, args.bad, args.check, args.verdict, args.cell_template,
@@ -419,7 +460,15 @@ def cmd_ci(args) -> int:
 
     if args.action == "matrix":
         container = {"yes": True, "no": False, "any": None}[args.container]
-        print(ci.main_matrix(args.listing, args.matrices, container))
+        jobs = ci.main_matrix(args.listing, args.matrices, container)
+        if args.preflight is not None:
+            from harness.preflight.dispatch import installable_jobs
+
+            kept, dropped = installable_jobs(json.loads(jobs), args.preflight)
+            jobs = json.dumps(kept)
+            for line in dropped:
+                print(line, file=sys.stderr)
+        print(jobs)
         return 0
     if args.action == "carry":
         from harness.ci.carry import carry
@@ -437,7 +486,8 @@ def cmd_ci(args) -> int:
 
 COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo,
             "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect, "plan": plan_command.cmd_plan,
-            "checkserver": cmd_checkserver}
+            "checkserver": cmd_checkserver, "preflight": preflight_command.cmd_preflight,
+            "wheelhouse": offline_command.cmd_wheelhouse}
 
 
 def _interrupt_on_signals() -> None:
@@ -465,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
 
 
 

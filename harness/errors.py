@@ -1,6 +1,11 @@
 """User-facing errors, each with its own exit status. Tracebacks only with HARNESS_DEBUG=1."""
 from __future__ import annotations
 
+# Exit statuses that are not errors: every verb ends with DONE when it did its work (check failures are in
+# the report, not the status); Ctrl-C or SIGTERM ends a run with INTERRUPTED, finished cell files kept.
+DONE = 0
+INTERRUPTED = 130
+
 
 class HarnessError(Exception):
     exit_code = 1

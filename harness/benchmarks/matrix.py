@@ -29,6 +29,7 @@ from harness import matrix as matrices
 from harness.envs import cellenv, envinfo, interpreters
 from harness.envs.lifetime import die_with_parent
 from harness.errors import HarnessError, InputError
+from harness.matrix.newest import resolve_cells
 from harness.results import verdict_diff
 from harness.results.records import write_json_atomic
 
@@ -168,7 +169,8 @@ def verdicts(first: Path, second: Path) -> str | list[str]:
 
 def bench(chosen: Slice, work: Path) -> dict:
     m = matrices.load(chosen.matrix_file)
-    cells = m.select(list(chosen.cells) or None, list(chosen.tags) or None)
+    # `newest` resolved as the runs will resolve it, so the warm-up builds the same environments.
+    cells = resolve_cells(m, m.select(list(chosen.cells) or None, list(chosen.tags) or None))
     ids = [c.id for c in cells]
     old_flags, old_lacks = usable_flags(OLD_WAY)
     new_flags, new_lacks = usable_flags(NEW_WAY)

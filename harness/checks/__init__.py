@@ -33,7 +33,8 @@ CHECKS: dict[str, CheckSpec] = {
         CheckSpec("patch-parity", "harness.checks.patch_parity",
                   "every applicable patch gives the stock numbers; packed equals unpacked", ("fsdp",)),
         CheckSpec("offload-regression", "harness.checks.offload_regression",
-                  "vision position embedding under FSDP2 CPU offload: upstream and trainer verdicts", ("fsdp",)),
+                  "text, VL and MoE models under FSDP2 CPU offload: a verdict per host tensor that meets device "
+                  "compute, upstream and trainer", ("fsdp",)),
         CheckSpec("nested-chunking", "harness.checks.nested_chunking",
                   "jagged mRoPE position ids survive micro-batch chunking", ("fsdp", "megatron")),
         CheckSpec("bridge-parity", "harness.checks.bridge_parity",

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -65,6 +66,10 @@ class RunOptions:
     reuse_index: ReuseIndex | None = field(default=None, repr=False, compare=False)  # shared by a run's cells
     fork: bool = True  # checks forked from one interpreter per cell that imports once; False: fresh ones
     budget: Budget | None = field(default=None, repr=False, compare=False)  # --jobs auto: cores each cell holds
+    # (environment, lock) of a cell instead of building one: an offline run on the interpreter at hand
+    # (harness/offline/here.py); None: cellenv.build and its freeze.
+    prepare: Callable[[Cell, Path], tuple[cellenv.CellEnv, str]] | None = field(default=None, repr=False,
+                                                                               compare=False)
 
 
 def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
@@ -153,7 +158,7 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     setup_log = opts.out_dir / result.setup_log
     setup_log.unlink(missing_ok=True)
     try:
-        python = interpreters.find(cell.python).path if cell.python else None
+        python = interpreters.find(cell.python).path if cell.python and opts.prepare is None else None
     except interpreters.InterpreterMissing as exc:  # this runner lacks it; one that has it runs the cell next time
         reason = str(exc)
         result.checks = combine_checks(wanted, kept, lambda name: CheckResult(
@@ -163,10 +168,14 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     phase = time.perf_counter()
     for _ in range(opts.retries + 1):
         try:
-            env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, python,
-                                cell.install.from_index, cell.install.remove, cell.install.from_source,
-                                cell.install.build_env, cell.install.overrides())
-            write_text_atomic(cell_dir / "lock.txt", cellenv.freeze(env))
+            if opts.prepare is not None:
+                env, lock = opts.prepare(cell, setup_log)
+            else:
+                env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, python,
+                                    cell.install.from_index, cell.install.remove, cell.install.from_source,
+                                    cell.install.build_env, cell.install.overrides())
+                lock = cellenv.freeze(env)
+            write_text_atomic(cell_dir / "lock.txt", lock)
             break
         except cellenv.SetupFailed as exc:
             failure = "test" if any(word in str(exc) for word in UNRESOLVABLE) else "infra"
@@ -197,6 +206,8 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
         try:
             phase = time.perf_counter()
             result.environment = _capture(env, opts)
+            if getattr(env, "evidence", ""):  # where the results come from, when not a cell environment of its own
+                result.environment["evidence"] = env.evidence
             capture.update(result.environment)  # the checks' contexts read it from now on
             result.phases["capture"] = round(time.perf_counter() - phase, 3)
             processes.ready()
@@ -256,6 +267,8 @@ def _finish(result: CellResult, cell: Cell, opts: RunOptions, start: float) -> C
     result.finished, result.duration = now(), round(time.perf_counter() - start, 3)
     # How to install the row by hand, whatever happened: a row whose pins conflict needs it most.
     result.environment["install"] = cell.install_order()
+    if cell.resolved:  # which releases `newest` and the like named on the day of the run
+        result.environment["resolved"] = [r.to_dict() for r in cell.resolved]
     reapply_known_failures(result, cell)  # the kept results, too
     write_json_atomic(cell_path(opts.out_dir, result.cell_id), result.to_dict())
     return result

@@ -21,7 +21,7 @@ from harness.checks import CHECKS
 from harness.errors import InputError
 
 from . import axes as ax
-from . import sources
+from . import derived, sources, symbols
 from .recipe import InstallRecipe, RecipeError
 from .recipe import parse as parse_recipe
 from .rules import KnownFailure, Note, RuleError, Selector, TagRule
@@ -44,6 +44,11 @@ class Cell:
     extra_requirements: tuple[str, ...] = ()  # undeclared dependencies of the pins (from [[include]])
     python: str | None = None  # the interpreter version it names (axis, else [matrix] python); None: the harness's
     install: InstallRecipe = InstallRecipe()  # steps after the pins are installed (from [[include]])
+    resolved: tuple = ()  # newest.Resolution per axis whose symbol (`newest`...) was resolved at run start
+
+    def symbolic_axes(self) -> dict[str, str]:
+        """Package axes whose value is a symbol such as `newest`, not yet resolved."""
+        return {a: v for a, v in self.axes.items() if a in ax.PACKAGE_AXES and symbols.parse(v)}
 
     @property
     def requirements(self) -> list[str]:
@@ -77,6 +82,7 @@ class Matrix:
     memory_limit_mb: int | None
     cells: list[Cell]
     notes: list[Note] = field(default_factory=list)
+    known_failures: list[KnownFailure] = field(default_factory=list)  # all of them: resolved cells match again
 
     def locate(self, distribution: str, version: str) -> str:
         """'FILE, line N' of the line that pins `version` (preferring one that names the package)."""
@@ -152,12 +158,22 @@ class _Loader:
         if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
             raise self.error(where, "expected a non-empty list of strings")
         if axis in ax.PACKAGE_AXES:
+            values = [v for value in values for v in (symbols.expand(value) or [value])]
             for value in values:
                 if axis in sources.SOURCE_AXES and sources.is_source(value):
                     try:
                         sources.parse(value)
                     except sources.SourceError as exc:
                         raise self.error(where, str(exc)) from None
+                    continue
+                if derived.source_axis(value) is not None:
+                    if not derived.is_valid(value) or where == "axes" or where.startswith("axes."):
+                        raise self.error(where, f"{value!r}: expected as-pinned-by-AXIS in an [[include]], AXIS "
+                                                f"one of {', '.join(ax.PACKAGE_AXES)}")
+                    continue
+                if symbols.looks_symbolic(value):
+                    if not symbols.parse(value):
+                        raise self.error(where, f"{value!r} is not a release rank; expected {symbols.SYNTAX}")
                     continue
                 try:
                     version = Version(value)
@@ -283,6 +299,9 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         recipe = ld.recipe(entry.pop("install", None), f"include[{i}].install")
         products.append(({**base, **ld.axes_table(entry, f"include[{i}]")}, (extras, recipe)))
     combos, extra_for = _expand(ld, products)  # extra_for: cell id -> (extra pins, install recipe)
+    if any(derived.source_axis(v) for axes in combos.values() for v in axes.values()):  # as-pinned-by-AXIS
+        derived.substitute(combos, extra_for, python, derived.lookup_for(path),
+                           lambda axis, what: ld.error(f"include.{axis}", what))
 
     defaulted = set()  # rules see [matrix] python as the interpreter of cells that name none; their ids do not
     for cid, axes in combos.items():
@@ -326,7 +345,7 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
                           tuple(k for k in known if k.when.matches(axes)), runner, extras,
                           axes.get(ax.PYTHON_AXIS), recipe))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
-                  default_runner, meta.get("python"), memory, cells, notes)
+                  default_runner, meta.get("python"), memory, cells, notes, known)
 
 
 def _expand(ld: _Loader, products: list[tuple[dict, tuple]]) -> tuple[dict[str, dict[str, str]], dict[str, tuple]]:

@@ -8,9 +8,10 @@ import re
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urljoin, urlparse
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import (
@@ -26,15 +27,26 @@ from harness.envs import pipconfig
 from harness.errors import EnvironmentMissing, InputError
 
 
+@dataclass(frozen=True)
+class ReleaseFile:
+    """One file of a release as the index lists it (a wheel or an sdist)."""
+
+    filename: str
+    url: str  # absolute: https://..., file://... or a local path (find-links)
+    version: Version
+    requires_python: str = ""
+    yanked: bool = False
+    core_metadata: bool = False  # the index serves the wheel's METADATA beside it (PEP 658)
+
+
 class _Links(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.files: list[str] = []
+        self.links: list[dict[str, str | None]] = []
 
     def handle_starttag(self, tag, attrs):
         if tag == "a":
-            href = dict(attrs).get("href") or ""
-            self.files.append(unquote(href.split("#", 1)[0].rsplit("/", 1)[-1]))
+            self.links.append(dict(attrs))
 
 
 def _version_of(filename: str, name: str) -> Version | None:
@@ -75,35 +87,59 @@ class PackageIndex:
         self.url = (url or pipconfig.index_url()).rstrip("/")
         self.find_links = pipconfig.find_links() if find_links is None else find_links
         self._cache: dict[str, set[Version]] = {}
+        self._files: dict[str, list[ReleaseFile]] = {}
+        self._listed: dict[str, set[Version]] = {}  # versions a JSON page lists (with or without files)
 
     def versions(self, distribution: str) -> set[Version]:
         name = canonicalize_name(distribution)
         if name not in self._cache:
-            self._cache[name] = self._from_index(name) | self._from_find_links(name)
+            files = self.files(name)
+            self._cache[name] = {f.version for f in files} | self._listed.get(name, set())
         return self._cache[name]
 
-    def _from_index(self, name: str) -> set[Version]:
-        body, kind = _read(f"{self.url}/{name}/")
+    def files(self, distribution: str) -> list[ReleaseFile]:
+        """Every file of `distribution`: the find-links directories' first, then the index's."""
+        name = canonicalize_name(distribution)
+        if name not in self._files:
+            self._files[name] = self._from_find_links(name) + self._from_index(name)
+        return self._files[name]
+
+    def _from_index(self, name: str) -> list[ReleaseFile]:
+        page = f"{self.url}/{name}/"
+        body, kind = _read(page)
         if kind == "missing" or not body:
-            return set()
+            return []
         if "json" in kind:
             data = json.loads(body)
-            listed = data.get("versions")
-            if listed:
-                return {Version(v) for v in listed if re.match(r"^[0-9]", v)}
-            files = [f["filename"] for f in data.get("files", [])]
+            self._listed[name] = {Version(v) for v in data.get("versions") or [] if re.match(r"^[0-9]", v)}
+            links = [{"href": f.get("url", ""), "filename": f.get("filename", ""),
+                      "data-requires-python": f.get("requires-python") or "", "data-yanked": f.get("yanked"),
+                      "data-core-metadata": f.get("core-metadata") or f.get("dist-info-metadata")}
+                     for f in data.get("files", [])]
         else:
             parser = _Links()
             parser.feed(body)
-            files = parser.files
-        return {v for f in files if (v := _version_of(f, name)) is not None}
+            links = parser.links
+        found = []
+        for link in links:
+            href = str(link.get("href") or "")
+            filename = str(link.get("filename") or unquote(href.split("#", 1)[0].rsplit("/", 1)[-1]))
+            version = _version_of(filename, name)
+            if version is not None:
+                found.append(ReleaseFile(filename, urljoin(page, href.split("#", 1)[0]), version,
+                                         str(link.get("data-requires-python") or ""),
+                                         link.get("data-yanked") not in (None, False),
+                                         link.get("data-core-metadata") not in (None, False, "false")
+                                         or link.get("data-dist-info-metadata") not in (None, False, "false")))
+        return found
 
-    def _from_find_links(self, name: str) -> set[Version]:
-        found: set[Version] = set()
+    def _from_find_links(self, name: str) -> list[ReleaseFile]:
+        found: list[ReleaseFile] = []
         for location in self.find_links:
             path = Path(unquote(urlparse(location).path)) if location.startswith("file:") else Path(location)
             if path.is_dir():
-                found |= {v for f in path.iterdir() if (v := _version_of(f.name, name)) is not None}
+                found += [ReleaseFile(f.name, str(f), v) for f in sorted(path.iterdir())
+                          if (v := _version_of(f.name, name)) is not None]
         return found
 
     def has(self, distribution: str, version: str) -> bool:

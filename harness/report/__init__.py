@@ -2,11 +2,13 @@
 
     DIR/cells/<cell-id>.json   one CellResult per cell (logs and lock files under DIR/cells/<cell-id>/)
     DIR/run.json               optional: {"matrix", "title", "notes": [...], "generated_by"}
+    DIR/preflight/cells/*.json the CPU pre-flight's install verdicts, shown for cells with no runner result yet
+    DIR/evidence/cells/*.json  an offline box's results (run --here), shown as more rows (added_rows.py)
 
 `write_report(DIR)` loads them, builds one `Report` (table.py) and renders it as report.md (markdown.py),
-report.html (html.py and glance.py, with plots from plot.py), report.json, report.junit.xml (junit.py) and
-support.json (support.py: one verdict per version combination, for other tools). Unreadable files become problems
-listed in the report; they never stop it.
+report.html (html.py; its first screen from pins.py, grid.py and glance.py, with plots from plot.py),
+report.json, report.junit.xml (junit.py) and support.json (support.py: one verdict per version combination,
+for other tools). Unreadable files become problems listed in the report; they never stop it.
 
 May import: harness.errors, harness.results, harness.checks, harness.matrix, harness.trust.
 """
@@ -20,7 +22,7 @@ from typing import Any
 from harness.errors import InputError, ResultsError
 from harness.results.records import CellResult, load_cell, write_text_atomic
 
-from . import history
+from . import added_rows, history
 from .gcpause import gc_paused
 from .html import to_html
 from .jsontext import json_text
@@ -46,9 +48,12 @@ def _problem(name: str, exc: BaseException) -> str:
 def load_results(report_dir: Path | str) -> tuple[list[CellResult], list[str]]:
     """Every readable cell of DIR/cells/*.json, and one line per file that could not be used."""
     cells_dir = Path(report_dir) / "cells"
-    if not cells_dir.is_dir():
-        return [], [f"{cells_dir.name}/: no such directory in {Path(report_dir).name or report_dir}"]
     cells, problems = [], []
+    if not cells_dir.is_dir():
+        cells = added_rows.added(Path(report_dir), set(), problems)  # pre-flighted or run offline only
+        if not cells:
+            return [], [f"{cells_dir.name}/: no such directory in {Path(report_dir).name or report_dir}"]
+        return cells, problems
     for path in sorted(cells_dir.glob("*.json")):
         name = f"cells/{path.name}"
         if path.name.startswith("."):
@@ -60,7 +65,8 @@ def load_results(report_dir: Path | str) -> tuple[list[CellResult], list[str]]:
             cells.append(load_cell(path))
         except Exception as exc:  # noqa: BLE001 - any malformed content is a problem line, never a crash
             problems.append(_problem(name, exc))
-    return cells, problems
+    # Offline evidence, and the CPU pre-flight verdicts of cells no runner has run yet (added_rows.py).
+    return cells + added_rows.added(Path(report_dir), {c.cell_id for c in cells}, problems), problems
 
 
 def read_run_info(report_dir: Path | str) -> tuple[dict[str, Any], list[str]]:
@@ -169,6 +175,18 @@ def last_known_good_lines(history: dict) -> list[str]:
     return lines
 
 
+def first_bad_lines(report_dir: Path) -> tuple[list[str], list[str]]:
+    """The findings of DIR/first-bad.json (harness/trust/first_bad.py) as text, and problems reading it."""
+    path = report_dir / "first-bad.json"
+    if not path.exists():
+        return [], []
+    try:
+        findings = json.loads(path.read_text(encoding="utf-8")).get("findings", [])
+        return [clean_text(str(f["text"]), 2000) for f in findings], []
+    except (OSError, ValueError, AttributeError, TypeError, KeyError) as exc:
+        return [], [clean_text(f"first-bad.json: unreadable ({type(exc).__name__}: {exc})", 300)]
+
+
 def compare_with(cells: list[CellResult], previous_dir: Path | str) -> tuple[list, list[str]]:
     """Changes against a previous results directory (for example a downloaded CI artifact)."""
     from harness.results.compare import compare
@@ -210,6 +228,8 @@ def render_report(report_dir: Path | str, formats: Iterable[str] = DEFAULT_FORMA
     report = build_report(cells, title=title, notes=[*info.get("notes", []), *notes, *generated],
                           problems=[*problems, *run_problems, *previous_problems], last_known_good=lkg,
                           changes=None if changes is None else {(c.cell_id, c.check): c.kind for c in changes})
+    report.first_bad, bad_problems = first_bad_lines(report_dir)
+    report.problems += bad_problems
     written = []
     for fmt in dict.fromkeys(formats):
         path = report_dir / FORMATS[fmt]

@@ -17,8 +17,11 @@ from urllib.parse import quote
 
 from harness.results.records import Status
 
-from .glance import GLANCE_CSS, glance_html
+from .glance import GLANCE_CSS, PINS_CSS, glance_html
+from .grid import lines as grid_lines
 from .htmltext import Escaper, ascii_html, escape_html
+from .htmlverdicts import DETAIL_CSS, entry_order, install_html, shared_install_failure, verdicts_html
+from .pins import known_good_stacks
 from .plot import PLOT_CSS, PLOT_LEGEND
 from .plotshare import SharedPlots
 from .support import KIND_LABELS, STATUS_LETTERS, RowVerdict, row_verdicts
@@ -27,11 +30,19 @@ from .table import ABSENT, EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, STATUS
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
+h1{font-size:1.5em;margin:.3em 0}
+a.skip{position:absolute;left:-999px}a.skip:focus{position:static}
 table{border-collapse:collapse;font-size:12px}
 th,td{border:1px solid #ccc;padding:3px 5px;vertical-align:top}
-thead{position:sticky;top:0}thead th{background:#f3f3f3}
-td.ax{white-space:nowrap;font-family:monospace}
+caption{text-align:left;font-size:12px;color:#444}
 tr.cell th{text-align:left;background:#f6f8fa;font-weight:normal}
+tr[id]{scroll-margin-top:8em}
+tr:target{outline:3px solid #0969da;outline-offset:-3px}tr:target>*{background:#fff8c5}
+a.back{font-size:11px;margin-left:.5em}
+.ex,.env{overflow-wrap:anywhere}
+@media (max-width:700px){body{margin:.5em}h1{font-size:1.1em}
+details table,details tbody,details tr,details td,details th{display:block;max-width:100%}
+.msg,.vd,.kf{max-width:none}}
 td.s-pass{background:#eaf7ea}td.s-fail,td.s-error,td.s-crash,td.s-timeout{background:#fdeaea}
 td.s-affected{background:#fff6e0}td.s-xfail{background:#fffbd6}td.s-skip{background:#f4f4f4}
 .msg,.vd,.kf{font-size:11px;color:#444;max-width:28em}
@@ -63,10 +74,13 @@ _KIND = {kind: escape_html(label) for kind, label in KIND_LABELS.items()}
 _EMULATED_NOTE = escape_html(EMULATED_NOTE)
 
 
-def _cell_heading(column_group: str, entry: Entry, esc: Escaper) -> str:
-    """The row that opens a cell's entries in the details: its backend and model, its id and its lock, once."""
+def _cell_heading(column_group: str, entry: Entry, esc: Escaper, install: str | None, line: str) -> str:
+    """The row that opens a cell's entries in the details: its backend and model, its id and its lock, once,
+    with the install failure its entries share, and a link back to its line in the grid."""
     lock = f' <a href="{href(entry.lock)}">lock</a>' if entry.lock else ""
-    return f'<tr class="cell"><th colspan="2">{column_group}: cell {esc[entry.cell_id]}{lock}</th></tr>'
+    return (f'<tr class="cell"><th colspan="2" scope="rowgroup">{column_group}: cell {esc[entry.cell_id]}{lock}'
+            f' <a class="back" href="#{line}">back to the grid</a>'
+            f"{install_html(install, esc) if install else ''}</th></tr>")
 
 
 def _rare_head(entry: Entry) -> str:
@@ -86,8 +100,7 @@ def _rare_middle(entry: Entry, plot_id: str | None, esc: Escaper) -> str:
     for text in entry.rejected_links:
         html += f' <span class="bad">unsafe link not shown as a link: {esc[text]}</span>'
     if entry.verdicts:
-        html += '<div class="vd">' + _DOT.join(
-            f"{esc[v.name]} {_STATUS[v.status]}" + (_MARK if v.emulated else "") for v in entry.verdicts) + "</div>"
+        html += verdicts_html(entry, _STATUS, esc)
     return html
 
 
@@ -102,10 +115,14 @@ def _rare_tail(entry: Entry, esc: Escaper) -> str:
     return html
 
 
-def _entry(entry: Entry, plot_id: str | None, esc: Escaper) -> str:
+def _entry(entry: Entry, plot_id: str | None, esc: Escaper, install: str | None = None) -> str:
     """The entry's cell in its row of the details. Most entries are plain (Entry.plain: status, log and message);
-    the rarer parts are made only for the entries that have them."""
-    message = f'<div class="msg">{esc[entry.message]}</div>' if entry.message else ""
+    the rarer parts are made only for the entries that have them. An install failure its cell shares is said
+    in the cell's heading, not again here."""
+    message = "" if not entry.message or entry.message == install else f'<div class="msg">{esc[entry.message]}</div>'
+    if install and entry.message == install:
+        message = '<div class="msg">not run: the install failure above</div>'
+
     if entry.plain:  # its log path needs no escaping
         return f'{_OPEN[entry.status]} <a href="{entry.log}">log</a>{message}</td>' if entry.log else \
             f"{_OPEN[entry.status]}{message}</td>"
@@ -124,8 +141,9 @@ def _preamble(report: Report, verdicts: list[RowVerdict]) -> list[str]:
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f'<meta http-equiv="Content-Security-Policy" content="{e(CSP)}">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{e(report.title)}</title><style>{CSS}{GLANCE_CSS}{PLOT_CSS}</style></head><body>",
-           f"<h1>{e(report.title)}</h1>", *glance_html(report, verdicts),
+           f"<title>{e(report.title)}</title><style>{CSS}{GLANCE_CSS}{PINS_CSS}{DETAIL_CSS}{PLOT_CSS}</style>"
+           '</head><body><a class="skip" href="#details">Skip to the details</a>',
+           f"<h1>{e(report.title)}</h1>", *_first_bad(report), *glance_html(report, verdicts),
            f"<p>{e(report.description)}</p>",
            "<p><strong>Summary (checks):</strong> " + _DOT.join(
                f"{_STATUS[Status(name)]}: {count}" for name, count in report.summary.items()) + "</p>"]
@@ -141,9 +159,34 @@ def _preamble(report: Report, verdicts: list[RowVerdict]) -> list[str]:
     out += [f"<li><strong>{e(r.axis)}</strong>: {e(r.text(max_segments=1000))}</li>" for r in report.ranges]
     out.append("</ul>")
     if report.last_known_good:
-        out.append("<h2>Last known good</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in report.last_known_good)
-                   + "</ul>")
+        out.append(_last_known_good(report.last_known_good))
     return [*out, '<h2 id="details">Details per version combination</h2>']
+
+
+def _row_whys(report: Report) -> list[str]:
+    """Each row's reason in plain words: its grid lines' (one per backend and model), the failing ones first."""
+    found: list[list] = [[] for _ in report.rows]
+    for line in grid_lines(report):
+        found[line.row].append(line)
+    many = len({(c.backend, c.model) for c in report.columns}) > 1
+    return ["; ".join((f"{ln.backend or ABSENT}: " if many else "") + ln.why
+                      for ln in sorted(lines, key=lambda ln: ln.verdict.kind != "broken")) for lines in found]
+
+
+def _cells(entries: dict[int, Entry]) -> list[dict[int, Entry]]:
+    """A row's entries split by cell, in column order."""
+    cells: list[dict[int, Entry]] = []
+    for index, entry in entries.items():
+        if not cells or next(iter(cells[-1].values())).cell_id != entry.cell_id:
+            cells.append({})
+        cells[-1][index] = entry
+    return cells
+
+
+def _last_known_good(lines: list[str]) -> str:
+    return "<h2>Last known good</h2><ul>" + "".join(
+        f"<li>{escape_html(stack)}" + (f"<br>for {escape_html(', '.join(keys))}" if keys else "") + "</li>"
+        for stack, keys in known_good_stacks(lines)) + "</ul>"
 
 
 def to_html(report: Report) -> str:
@@ -156,25 +199,27 @@ def to_html(report: Report) -> str:
     plots: list[tuple[str, Entry]] = []
     # An entry's row after its row number: its id's column part and its check (the cell's heading names
     # backend and model).
-    checks = [f'{i}"><th>{e(c.check)}</th>' for i, c in enumerate(report.columns)]
+    checks = [f'{i}"><th scope="row">{e(c.check)}</th>' for i, c in enumerate(report.columns)]
     groups = [e(f"{c.backend or ABSENT} · {c.model or ABSENT}") for c in report.columns]
     axis_names = [e(axis) for axis in report.axes]
+    whys = _row_whys(report)
     for number, (row, verdict) in enumerate(zip(report.rows, verdicts)):
         axes = _DOT.join([f"{name} {esc[value]}" for name, value in zip(axis_names, row.axes) if value])
         env = "; ".join([f"{k}: {v}" for k, v in row.environment.items()])
         page.append(f'<details><summary><span class="k k-{verdict.kind}">{_KIND[verdict.kind]}</span> {axes}'
-                    f' &mdash; {esc[verdict.reason]}</summary><div id="r{number}" class="env">{esc[env]}</div>'
-                    "<table><tbody>")
-        cell, entry_id = None, f'<tr id="e{number}-'
-        for i, entry in row.entries.items():  # column order: plots are numbered left to right
-            if entry.cell_id != cell:  # a cell's entries are neighbours: columns are ordered by backend, model
-                cell = entry.cell_id
-                page.append(_cell_heading(groups[i], entry, esc))
-            plot_id = None
-            if entry.plot is not None:
-                plot_id = f"plot-{len(plots)}"
-                plots.append((plot_id, entry))
-            page.append(f"{entry_id}{checks[i]}{_entry(entry, plot_id, esc)}</tr>")
+                    f' &mdash; {esc[whys[number]]}</summary><div id="r{number}" class="env">{esc[env]}</div>'
+                    f"<table><caption>The checks of this version combination, failures first</caption><tbody>")
+        entry_id = f'<tr id="e{number}-'
+        for cell in _cells(row.entries):  # a cell's entries are neighbours: columns are ordered by backend, model
+            first, entry = next(iter(cell.items()))
+            install = shared_install_failure(list(cell.values()))
+            page.append(_cell_heading(groups[first], entry, esc, install, f"g{number}-{first}"))
+            for i, entry in entry_order(cell):  # what failed first; plots are numbered in page order
+                plot_id = None
+                if entry.plot is not None:
+                    plot_id = f"plot-{len(plots)}"
+                    plots.append((plot_id, entry))
+                page.append(f"{entry_id}{checks[i]}{_entry(entry, plot_id, esc, install)}</tr>")
         page.append("</tbody></table></details>\n")
     if report.has_emulated:
         page.append(f"<p>{_EMULATED_NOTE}</p>\n")
@@ -194,3 +239,10 @@ def to_html(report: Report) -> str:
             page.append(f"<h2>{heading}</h2><ul>" + "".join(f"<li>{e(item)}</li>" for item in items) + "</ul>\n")
     page.append("</body></html>\n")
     return "".join(page)
+
+
+def _first_bad(report: Report) -> list[str]:
+    """First bad releases found by bisection, above the table (harness/trust/first_bad.py)."""
+    if not report.first_bad:
+        return []
+    return ["<h2>First bad release</h2><ul>", *(f"<li>{escape_html(line)}</li>" for line in report.first_bad), "</ul>"]

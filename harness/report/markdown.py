@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from harness.results.records import Status
 
+from .pins import known_good_stacks, pins_boxes
 from .support import KIND_LABELS, KINDS, RowVerdict, kind_counts, row_verdicts, varying_axes
 from .table import (
     ABSENT,
@@ -97,6 +98,8 @@ def _details_block(report: Report, row: Row, verdict: RowVerdict) -> str:
     lines = [f"<details><summary>{html_text(verdict.label)}: {html_text(axes)}</summary>", ""]
     lines += [f"- **{md_text(report.columns[i].label)}**: {entry_text(entry)}"
               for i, entry in row.entries.items()]
+    if row.environment.get("resolved"):  # the releases `newest` and the like named on the day of the run
+        lines.append(f"- **resolved**: {md_text(row.environment['resolved'])}")
     return "\n".join([*lines, "", "</details>"])
 
 
@@ -120,13 +123,28 @@ def _hard_cut(text: str, max_bytes: int) -> str:
     return head[: head.rfind("\n") + 1] + note
 
 
+def _pins_lines(report: Report) -> list[str]:
+    """Per backend, without and with vLLM: the newest stack that passes every check, as commands to copy."""
+    lines = []
+    for box in pins_boxes(report):
+        if box.line is None:
+            lines.append(f"- **{md_text(box.title)}**: none of the {box.tested} tested stacks passes every check")
+        else:
+            lines.append(f"- **{md_text(box.title)}** (newest of {box.tested} tested stacks that pass every check): "
+                         + md_text(box.command.replace("\n", " && ")))
+    return ["## Use these pins", "", *lines, ""] if lines else []
+
+
 def _head(report: Report, verdicts: list[RowVerdict], shown: list[int]) -> tuple[list[str], list[str]]:
     """The lines before the compact table's body, and its header."""
     counts = kind_counts(verdicts)
     _, constant = varying_axes(report)
-    head = [f"# {md_text(report.title)}", "",
-            f"**{len(report.rows)} version combinations:** "
+    head = [f"# {md_text(report.title)}", ""]
+    if report.first_bad:  # a new release that broke a check, bisected: the first thing a reader sees
+        head += ["## First bad release", "", *(f"- {md_text(line)}" for line in report.first_bad), ""]
+    head += [f"**{len(report.rows)} version combinations:** "
             + " · ".join(f"{KIND_LABELS[k]} {counts[k]}" for k in KINDS if counts[k]), ""]
+    head += _pins_lines(report)
     if constant:
         head += ["Same in every row: " + md_text(", ".join(f"{a} {v}" for a, v in constant.items())), ""]
     head += [" ".join(f"{symbol} {name}" for symbol, name, _ in report.legend) + "; details below the table.", ""]
@@ -150,7 +168,9 @@ def _middle(report: Report) -> list[str]:
     lines += ["", "## Passing ranges", "", PASS_RANGE_RULE, ""]
     lines += [f"- **{md_text(r.axis)}**: {md_text(r.text())}" for r in report.ranges] or ["- no package axes"]
     if report.last_known_good:
-        lines += ["", "## Last known good", "", *_bullets(report.last_known_good)]
+        stacks = [stack + (f" — for {', '.join(keys)}" if keys else "")
+                  for stack, keys in known_good_stacks(report.last_known_good)]
+        lines += ["", "## Last known good", "", *_bullets(stacks)]
     return lines
 
 

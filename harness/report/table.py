@@ -20,6 +20,7 @@ from harness.results.records import CellResult, CheckResult, Status
 from harness.trust.repro import command as repro_command
 
 from . import plot
+from .findings import INSTALL_MESSAGE_LIMIT, findings, is_install_failure
 from .gcpause import gc_paused
 
 REPORT_SCHEMA_VERSION = 1
@@ -58,7 +59,7 @@ STATUS_VALUES = {s: s.value for s in Status}
 FAILING = frozenset(s for s in Status if s.is_failure)
 EMULATED_MARK = "†"
 EMULATED_NOTE = (f"{EMULATED_MARK} emulated: this result came from an emulation on the test machine (for example "
-                 "the meta-device CPU-offload emulation), not from real hardware.")
+                 "the strict device emulation of FSDP2 CPU offload), not from real hardware.")
 
 # C0/C1 controls, bidi overrides ("Trojan source") and lone surrogates (json.loads makes them from "\ud800";
 # no UTF-8 file can hold one) never reach a rendered report.
@@ -132,6 +133,7 @@ class VerdictEntry:
     status: Status
     message: str
     emulated: bool
+    findings: tuple = ()  # findings.Finding per mismatch a parser or template verdict recorded
 
 
 @dataclass(slots=True)
@@ -253,6 +255,7 @@ class Report:
     has_emulated: bool = False
     changes: dict[str, int] | None = None  # counts per kind against a previous run, None without one
     last_known_good: list[str] = field(default_factory=list)
+    first_bad: list[str] = field(default_factory=list)  # first bad releases found by bisection (trust/first_bad.py)
 
     @property
     def description(self) -> str:
@@ -265,7 +268,8 @@ class Report:
 
 
 def _verdicts(check: CheckResult) -> tuple[VerdictEntry, ...]:
-    return tuple([VerdictEntry(clean_text(v.name, 60), v.status, clean_text(v.message), bool(v.emulated))
+    return tuple([VerdictEntry(clean_text(v.name, 60), v.status, clean_text(v.message), bool(v.emulated),
+                               findings(v.metrics, clean_text) if "mismatches" in v.metrics else ())
                   for v in check.verdicts])
 
 
@@ -303,8 +307,11 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
     series = plot.convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None
     rare = (not plain_log or verdicts or rejected or emulated or series or repro or flaky or attempts
             or original is not None or check.known_failure or check.failure_class or check.reused_from)
+    # An install failure keeps the resolver's reason, which comes after uv's command line.
+    message = clean_text(check.message, INSTALL_MESSAGE_LIMIT) if is_install_failure(check.message) \
+        else messages[check.message]
     return Entry(
-        cell_id, column.check, check.status, messages[check.message], check.duration, log, lock, rejected,
+        cell_id, column.check, check.status, message, check.duration, log, lock, rejected,
         verdicts, emulated, _known_failure(check.known_failure) if check.known_failure else None, original,
         series, clean_text(check.failure_class, 20) if check.failure_class else None, flaky, attempts, None, repro,
         reused_mark(check.reused_from) if check.reused_from else None, not rare,
@@ -326,12 +333,24 @@ class _Cleaned(dict):
 def _environment(cell: CellResult, cleaned: _Cleaned) -> dict[str, str]:
     """The parts of a cell's environment capture worth showing next to its row (`cleaned`: limit 200)."""
     shown = {}
-    for key in ("python", "os", "cpu", "cuda", "cann", "devices", "image_digest"):
+    if cell.environment.get("evidence"):  # where the row's results come from: the CPU pre-flight, an offline box
+        shown["evidence"] = clean_text(cell.environment["evidence"], 300)
+    accelerator = cell.axes.get("device", "cpu") != "cpu"
+    # On an accelerator the row says which GPU, driver and torch build gave it, and when (the evidence of a runner).
+    keys = ("python", "target", "os", "cpu", "cuda", *(("driver", "torch") if accelerator else ()), "cann",
+            "devices", "image_digest")
+    for key in keys:
         value = cell.environment.get(key)
         if isinstance(value, list):
             value = ", ".join(map(str, value))
         if value:
             shown[key] = cleaned[value] if isinstance(value, str) else clean_text(value, 200)
+    resolved = cell.environment.get("resolved")
+    if isinstance(resolved, list) and resolved:  # "transformers 5.24.0, newest on 2026-11-27" (matrix/newest.py)
+        shown["resolved"] = clean_text("; ".join(f"{r.get('axis', '')} {r.get('text', '')}" for r in resolved
+                                                 if isinstance(r, dict)), 300)
+    if accelerator and cell.finished and not cell.environment.get("preflight"):
+        shown["date"] = clean_text(cell.finished[:10], 10)  # when the accelerator ran it
     steps = cell.environment.get("install")
     if isinstance(steps, list) and steps:  # the row's install order: numbered, and longer than other values
         shown["install"] = clean_text(" ".join(f"{n}. {step}" for n, step in enumerate(steps, 1)), 1500)
@@ -386,6 +405,8 @@ def pass_ranges(cells: Iterable[CellResult], axes: Iterable[str] = PACKAGE_AXES)
     axes = list(axes)
     judged: dict[tuple, bool] = {}  # per combination of the axes' values: cells of one row share one
     for cell in cells:
+        if cell.environment.get("preflight") and not _is_failing(cell):
+            continue  # installs, but no check has run: no evidence of support yet
         key = tuple([cell.axes.get(axis) for axis in axes])
         judged[key] = judged.get(key, False) or _is_failing(cell)
     combos = list(judged.items())

@@ -18,9 +18,9 @@ def test_matrix_list_json_gives_ids_axes_tags_and_pins():
     done = harness("matrix", "list", "matrices/cpu.toml", "--json")
     assert done.returncode == 0
     cells = json.loads(done.stdout)
-    assert len(cells) == 27 and sum(c["axes"]["backend"] == "megatron" for c in cells) == 7
+    assert len(cells) == 30 and sum(c["axes"]["backend"] == "megatron" for c in cells) == 7
     assert [c["id"] for c in cells if c["axes"]["mode"] == "fully-async"] == [
-        "fsdp-text-tf5.23.0-torch2.13.0-td0.15.3-fully-async"]
+        "fsdp-text-tfnewest-torch2.13.0-td0.15.3-fully-async"]
     first = cells[0]
     assert first["id"] == "fsdp-text-tf5.1.0-torch2.13.0-td0.10.0"
     assert "transformers==5.1.0" in first["requirements"]

@@ -12,6 +12,7 @@ from .base import NotApplicable, Patch, TargetMissing
 # Every module of the patch set that defines monkey patches of upstream symbols.
 PATCH_MODULES = (
     "trainers.patches.pos_embed",
+    "trainers.patches.offload_device",
     "trainers.patches.fused_logprob",
     "trainers.patches.packed_forward",
     "trainers.patches.gated_delta_chunk",

@@ -3,6 +3,8 @@
 Every trainer run applies:
 - the position-embedding device fix (transformers 5.2-5.8): a vision-language run under FSDP2
   CPU offload fails without it;
+- the rotary-buffer device fixes (transformers 5.2-5.8, trainers.patches.offload_device): the text
+  and vision rotary embeddings combine their `inv_freq` buffer with device compute unmoved;
 - the fused log-prob / entropy forward: the trainer's log-probs go through it, so a full
   vocabulary of float32 logits never exists for every position at once;
 - the Gated DeltaNet chunk fitted to short sequences, and its one-token decode step in fewer ops,
@@ -24,7 +26,8 @@ from .base import NotApplicable, Patch
 
 # Patch-name prefixes per device type; "all" applies everywhere.
 SELECTION = {
-    "all": ("pos-embed-device:", "fused-logprob:", "gated-delta-chunk:", "gated-delta-step:", "causal-conv1d"),
+    "all": ("pos-embed-device:", "offload-device:", "fused-logprob:", "gated-delta-chunk:", "gated-delta-step:",
+            "causal-conv1d"),
     "npu": ("npu-",),
 }
 

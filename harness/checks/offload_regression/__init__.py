@@ -1,200 +1,43 @@
-"""offload-regression: the vision position embedding under FSDP2 CPU offload.
+"""offload-regression: the whole model (text, VL, MoE) under FSDP2 CPU offload.
 
-Two verdicts:
-- `upstream`: stock transformers under offload. `affected` where the 5.2-5.8 position-embedding
-  bug reproduces (the lookup indices are built on the offloaded weight's device, not the compute
-  device), `pass` where it does not.
-- `trainer`: the same with the trainer's patch (`trainers.patches.pos_embed`), or with stock code
-  where no patch applies because upstream fixed the bug. Must pass on every version.
+Under FSDP2 CPU offload as verl sets a model up (built on meta, states materialized on the host,
+parameters offloaded, compute on the accelerator), a tensor that a module reads in its forward and
+that is not moved with the parameters (a buffer, a plain attribute, a tensor made on some other
+tensor's device) meets device compute from the host, and the accelerator fails the operation.
 
-Each verdict is computed two ways. (a) The meta-device emulation (`harness.checks.offload_regression.emulation`):
-the weight lives on `meta` between calls and is real only inside `pos_embed`'s own forward.
-(b) Real FSDP2 with `CPUOffloadPolicy` and `pos_embed` as its own unit, 2 ranks
-(`_offload_fsdp_worker`): on CPU forked from the check's process (harness.checks.support.forked_ranks: no torchrun
-start, no second import of torch and transformers), on accelerators under torchrun. On a CPU-only
-machine the compute device *is* the CPU, so (b) cannot show the bug: there (a) decides and (b) is
-recorded as evidence. On CUDA and NPU, (b) decides.
+Verdicts (see `site_verdicts`): for every site found, `upstream:<model>:<Module><tensor>` (`affected`
+where stock transformers mixes that host tensor in) and `trainer:<model>:<Module><tensor>` (must
+pass: the trainer's patch set, `trainers.patches`, carries a fix for every site); and one `upstream`
+and one `trainer` verdict over all models.
 
-The bug is detected by behaviour: the forward raised and the index reaching `pos_embed` was not
-on its weight's device. A pass also needs the loss and the `pos_embed` gradient to equal those of
-a run without offload. `run(options, trainer_method="stock")` runs the trainer verdict with the
-unpatched method (a deliberately broken patch): the check must then fail where the bug exists.
+Computed two ways. (a) The strict device emulation (`strict_device`, `offload_setup`,
+`model_passes`): on the CPU, tensors the accelerator would hold report a fake device, and any
+operation that mixes them with a host tensor (other than a 0-dim scalar) is recorded with its
+module and tensor; forward and backward, numbers compared with a run without offload. (b) Real
+FSDP2 with `CPUOffloadPolicy`, 2 ranks (`fsdp_worker`, `real_fsdp`), on the same three models
+sharded as the trainer shards them (VL's vision position embedding is its own unit); there an
+offload-only failure, or a pos_embed index off its weight's device, is the finding. On a
+CPU-only machine the compute device *is* the CPU, so (b) cannot show a mismatch: (a) decides
+there and (b) is evidence (`<side>/real-fsdp2`). On CUDA and NPU runners (b) decides `upstream`
+and `trainer`, and (a)'s verdicts are kept as `<name>/strict-emulation`.
+
+`run(options, trainer_method="stock")` runs the trainer with the stock methods in place of its
+offload fixes (a deliberately broken patch set): the check must then fail where a site exists.
 """
 from __future__ import annotations
 
-import importlib
-import json
-import math
-import os
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from harness.checks import CheckOptions
-from harness.checks.support import torchrun
 from harness.results.records import CheckResult, Status, Verdict
 
 NAME = "offload-regression"
 WORKER = "harness.checks.offload_regression.fsdp_worker"
-FSDP_TIMEOUT = 300.0  # seconds for the real-FSDP2 ranks; a torchrun start alone costs 5-8 s
-FSDP_RANKS = 2
-EMULATION_NOTE = "emulated: FSDP2 CPU offload emulated with the meta device"
-CPU_FSDP_NOTE = ("real FSDP2 CPU offload on a CPU-only machine: the compute device is the CPU, so indices "
-                 "built on the offloaded weight's device land on the right device; this run cannot show the "
-                 "bug and is evidence only (the meta-device emulation decides on CPU)")
-
-
-def _close(a: float | None, b: float | None, rtol: float) -> bool:
-    return a is not None and b is not None and math.isclose(a, b, rel_tol=rtol, abs_tol=rtol * 1e-3)
-
-
-def _evidence(p: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
-    keys = ("raised", "error_class", "error_site", "error", "loss", "pos_embed_grad_norm", "calls", "outside",
-            "patches", "seconds")
-    out = {k: p[k] for k in keys if k in p}
-    out["reference_loss"] = ref.get("loss")
-    out["reference_pos_embed_grad_norm"] = ref.get("pos_embed_grad_norm")
-    return out
-
-
-def judge(name: str, p: dict[str, Any], ref: dict[str, Any], rtol: float) -> tuple[Status, str]:
-    """Status and message of one verdict from what its pass saw (see the worker's pass schema)."""
-    if ref.get("raised"):
-        return Status.ERROR, (f"the reference run without offload failed: {ref.get('error_class')} at "
-                              f"{ref.get('error_site')}")
-    mismatched = [c for c in p.get("calls", []) if c["mismatch"]]
-    if mismatched:
-        c = mismatched[0]
-        what = (f"pos_embed index on {c['input_devices']}, weight on {c['weight_device']}"
-                + (f"; {p['error_class']} at {p['error_site']}" if p.get("raised") else ""))
-        if name == "upstream":
-            return Status.AFFECTED, f"position-embedding offload bug reproduced: {what}"
-        return Status.FAIL, f"trainer code still builds the index on the offloaded weight's device: {what}"
-    if p.get("raised"):
-        status = Status.FAIL if name == "trainer" else Status.ERROR
-        return status, (f"forward under offload failed without a pos_embed device mismatch: {p['error_class']} "
-                        f"at {p['error_site']}")
-    same = _close(p.get("loss"), ref.get("loss"), rtol) and _close(
-        p.get("pos_embed_grad_norm"), ref.get("pos_embed_grad_norm"), rtol)
-    if not same:
-        status = Status.FAIL if name == "trainer" else Status.ERROR
-        return status, (f"numbers under offload differ from the run without offload: loss {p.get('loss')} vs "
-                        f"{ref.get('loss')}, pos_embed grad norm {p.get('pos_embed_grad_norm')} vs "
-                        f"{ref.get('pos_embed_grad_norm')} (rtol {rtol})")
-    return Status.PASS, f"forward and backward under offload give the numbers of the run without offload (rtol {rtol})"
-
-
-def emulated_passes(options: CheckOptions, device, trainer_method: str) -> dict[str, dict[str, Any]]:
-    """reference (no offload), trainer and upstream passes under the meta-device emulation."""
-    from harness.checks.offload_regression.emulation import emulate_cpu_offload
-    from harness.checks.offload_regression.fsdp_worker import (
-        error_site,
-        patches_applied,
-        trainer_patches,
-        vision_batch,
-        vision_step,
-    )
-    from trainers.models import build_model
-
-    model = build_model("vl", options.model_config, seed=options.seed).to(device)
-    pos_embed = model.model.visual.pos_embed
-    batch = vision_batch(model.config, options.seed, device)
-    passes: dict[str, dict[str, Any]] = {}
-    for name in ("reference", "trainer", "upstream"):
-        model.zero_grad(set_to_none=True)
-        patches = trainer_patches(trainer_method) if name == "trainer" else []
-        result: dict[str, Any] = {"patches": [p.name for p in patches], "calls": []}
-        start = time.perf_counter()
-        if name == "reference":
-            result.update(loss=vision_step(model, batch), raised=False)
-        else:
-            with patches_applied(patches), emulate_cpu_offload(pos_embed) as emulation:
-                try:
-                    result.update(loss=vision_step(model, batch), raised=False)
-                except Exception as exc:  # noqa: BLE001  (any failure is evidence: class, site, devices)
-                    result.update(raised=True, error_class=type(exc).__name__, error_site=error_site(exc))
-            result["calls"] = [c.to_dict() for c in emulation.calls]
-        grad = pos_embed.weight.grad
-        result["pos_embed_grad_norm"] = None if grad is None else float(grad.double().norm())
-        result["seconds"] = round(time.perf_counter() - start, 3)
-        passes[name] = result
-    model.zero_grad(set_to_none=True)
-    return passes
-
-
-def _fsdp_files(out_dir: Path) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    result, log = out_dir / "fsdp_offload.json", out_dir / "fsdp_offload.log"
-    result.unlink(missing_ok=True)
-    log.unlink(missing_ok=True)
-    return result, log
-
-
-def _fork_fsdp(options: CheckOptions, trainer_method: str, out_dir: Path):
-    """CPU: fork the 2 ranks now; the emulation runs in this process meanwhile."""
-    from harness.checks.support.forked_ranks import ForkedRanks
-
-    result, log = _fsdp_files(out_dir)
-    config = None if options.model_config is None else str(options.model_config)
-
-    def rank() -> None:  # the worker is looked up in the rank, so a broken one crashes there, as under torchrun
-        importlib.import_module(WORKER).worker(result, trainer_method, options.seed, config, "cpu")
-
-    return ForkedRanks(rank, FSDP_RANKS, log, {"OMP_NUM_THREADS": "1"}), result, log
-
-
-def _collect_forked(ranks, result: Path, log: Path) -> tuple[dict | None, Status, str]:
-    with ranks:
-        outcome = ranks.wait(FSDP_TIMEOUT)
-    if outcome.timed_out:
-        return None, Status.TIMEOUT, f"the FSDP2 ranks did not finish within {FSDP_TIMEOUT:.0f} s (log {log.name})"
-    if not outcome.ok or not result.exists():
-        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:] if log.exists() else []
-        return None, Status.CRASH, f"FSDP2 ranks exited with {outcome.exit_codes}: {' | '.join(tail)}"
-    return json.loads(result.read_text(encoding="utf-8")), Status.PASS, ""
-
-
-def _launch_fsdp(options: CheckOptions, plan, trainer_method: str,
-                 out_dir: Path) -> tuple[subprocess.Popen, Path, Path]:
-    """Accelerators: start the torchrun job now; the emulation runs while it starts."""
-    import torch
-
-    ranks = max(1, min(FSDP_RANKS, getattr(torch, plan.type).device_count()))
-    result, log = _fsdp_files(out_dir)
-    args = ["--out", str(result), "--trainer-method", trainer_method, "--seed", str(options.seed),
-            "--device", plan.type]
-    if options.model_config is not None:
-        args += ["--model-config", str(options.model_config)]
-    return torchrun.launch(torchrun.command(ranks, WORKER, args), log, {**os.environ, "OMP_NUM_THREADS": "1"}), \
-        result, log
-
-
-def _collect_fsdp(proc: subprocess.Popen, result: Path, log: Path) -> tuple[dict | None, Status, str]:
-    returncode = torchrun.wait(proc, FSDP_TIMEOUT)
-    if returncode is None:
-        return None, Status.TIMEOUT, f"torchrun did not finish within {FSDP_TIMEOUT:.0f} s (log {log.name})"
-    if returncode != 0 or not result.exists():
-        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
-        return None, Status.CRASH, f"torchrun exited with {returncode}: {' | '.join(tail)}"
-    return json.loads(result.read_text(encoding="utf-8")), Status.PASS, ""
-
-
-def _stop(launched) -> None:
-    if isinstance(launched, subprocess.Popen):
-        torchrun.stop(launched)  # our own torchrun and its ranks only
-    else:
-        launched.kill()
-
-
-def _verdicts(passes: dict, source: str, deciding: bool, emulated: bool, rtol: float, note: str) -> list[Verdict]:
-    verdicts = []
-    for name in ("upstream", "trainer"):
-        status, message = judge(name, passes[name], passes["reference"], rtol)
-        label = name if deciding else f"{name}/{source}"
-        text = f"[{note}] {message}" if note else message
-        verdicts.append(Verdict(label, status, text, _evidence(passes[name], passes["reference"]), emulated))
-    return verdicts
+CPU_FSDP_NOTE = ("real FSDP2 CPU offload on a CPU-only machine: the compute device is the CPU, so a tensor left "
+                 "on the host (or built on an offloaded weight's device) meets no other device; this run cannot "
+                 "show a site and is evidence only (the strict device emulation decides on CPU)")
 
 
 def overall(verdicts: list[Verdict]) -> Status:
@@ -209,13 +52,21 @@ def overall(verdicts: list[Verdict]) -> Status:
     return Status.AFFECTED if upstream.status is Status.AFFECTED else Status.PASS
 
 
+def _order(verdict: Verdict) -> tuple:
+    """Deciding verdicts first (upstream, trainer), then the sites, then the evidence of the other method."""
+    name = verdict.name
+    return "/" in name, ":" in name, name.split(":", 1)[1] if ":" in name else "", not name.startswith("upstream")
+
+
 def run(options: CheckOptions, *, trainer_method: str = "project", real_fsdp: bool = True) -> CheckResult:
     import torch
     import transformers
 
-    from harness.checks.offload_regression.fsdp_worker import TRAINER_METHODS
+    from harness.checks.offload_regression import real_fsdp as fsdp
+    from harness.checks.offload_regression.fsdp_worker import OFFLOAD_FIXES, TRAINER_METHODS, trainer_patches
+    from harness.checks.offload_regression.site_verdicts import emulated_passes, site_verdicts
     from trainers.models import Qwen35Unavailable, build_config
-    from trainers.patches.pos_embed import PATCHES
+    from trainers.patches.training import selected
     from trainers.runtime.device import plan as device_plan
     from trainers.runtime.device import set_cpu_threads
 
@@ -223,17 +74,18 @@ def run(options: CheckOptions, *, trainer_method: str = "project", real_fsdp: bo
         raise ValueError(f"trainer_method must be one of {TRAINER_METHODS}, not {trainer_method!r}")
     set_cpu_threads()
     try:
-        build_config("vl", options.model_config)
+        build_config("text", options.model_config)
     except Qwen35Unavailable as exc:
         return CheckResult(NAME, Status.SKIP, str(exc).split(":")[0], metrics={"qwen35_available": False})
 
     plan = device_plan()
-    decided_by = "meta-emulation" if plan.type == "cpu" else "real-fsdp2"
+    decided_by = "strict-emulation" if plan.type == "cpu" else "real-fsdp2"
     rtol = 1e-2 if plan.mixed_precision else 1e-5
     metrics: dict[str, Any] = {
         "transformers": transformers.__version__, "torch": torch.__version__, "device": plan.type,
-        "model": "vl", "decided_by": decided_by, "trainer_method": trainer_method, "rtol": rtol,
-        "patches": {p.name: p.applicable()[1] for p in PATCHES},
+        "models": ["text", "vl", "moe"], "decided_by": decided_by, "trainer_method": trainer_method, "rtol": rtol,
+        "buffers": "host (offloaded with the parameters)",
+        "patches": {p.name: p.applicable()[1] for p in selected(plan.type) if p.name.startswith(OFFLOAD_FIXES)},
     }
     if not real_fsdp and plan.type != "cpu":
         raise ValueError("on an accelerator real FSDP2 decides the verdicts: real_fsdp=False is for CPU only")
@@ -242,15 +94,15 @@ def run(options: CheckOptions, *, trainer_method: str = "project", real_fsdp: bo
     launched, collect = None, None
     if real_fsdp:
         forked = plan.type == "cpu"
-        launched = (_fork_fsdp(options, trainer_method, out_dir) if forked
-                    else _launch_fsdp(options, plan, trainer_method, out_dir))
-        collect = _collect_forked if forked else _collect_fsdp
-    try:
-        verdicts = _verdicts(emulated_passes(options, plan.device(0), trainer_method), "meta-emulation",
-                             deciding=plan.type == "cpu", emulated=True, rtol=1e-5, note=EMULATION_NOTE)
+        launched = (fsdp.fork(options, trainer_method, out_dir, WORKER) if forked
+                    else fsdp.launch(options, plan, trainer_method, out_dir, WORKER))
+        collect = fsdp.collect_forked if forked else fsdp.collect
+    try:  # the emulation runs on the CPU whatever the runner: the trainer's CPU patch set
+        passes = emulated_passes(options.model_config, options.seed, trainer_patches(trainer_method, "cpu"))
+        verdicts = site_verdicts(passes, deciding=plan.type == "cpu")
     except BaseException:
         if launched is not None:  # do not leave our ranks behind
-            _stop(launched[0])
+            fsdp.stop(launched[0])
         raise
     metrics["emulation_seconds"] = round(time.perf_counter() - start, 2)
     if launched is not None:
@@ -261,11 +113,13 @@ def run(options: CheckOptions, *, trainer_method: str = "project", real_fsdp: bo
                          for n in ("upstream", "trainer")]
         else:
             metrics["real_fsdp2"] = {k: report[k] for k in ("device", "world_size", "torch", "transformers")}
-            verdicts += _verdicts(report["passes"], "real-fsdp2", deciding=plan.type != "cpu", emulated=False,
-                                  rtol=rtol, note=CPU_FSDP_NOTE if plan.type == "cpu" else "")
-    verdicts.sort(key=lambda v: ("/" in v.name, v.name != "upstream"))
+            verdicts += fsdp.verdicts(report["models"], "real-fsdp2", deciding=plan.type != "cpu", emulated=False,
+                                      rtol=rtol, note=CPU_FSDP_NOTE if plan.type == "cpu" else "")
+    verdicts.sort(key=_order)
     status = overall(verdicts)
     by_name = {v.name: v for v in verdicts}
-    message = (f"upstream {by_name['upstream'].status.value}, trainer {by_name['trainer'].status.value} "
-               f"(decided by {decided_by}" + (", emulated" if plan.type == "cpu" else "") + ")")
+    sites = sum(":" in v.name and v.name.startswith("upstream") and v.status is Status.AFFECTED for v in verdicts)
+    message = (f"upstream {by_name['upstream'].status.value}, trainer {by_name['trainer'].status.value}; "
+               f"{sites} sites found upstream (decided by {decided_by}"
+               + (", emulated" if plan.type == "cpu" else "") + ")")
     return CheckResult(NAME, status, message, metrics=metrics, verdicts=verdicts)

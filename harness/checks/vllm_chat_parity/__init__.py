@@ -11,7 +11,8 @@ Skipped in cells without vLLM. Verdicts (each records the engine it compared aga
 - chat-template: conversations with a user turn render through the fallback exactly as through the
   tokenizer's template; without one, as the template renders them with a user turn after the system
   turns, minus exactly that turn (so a fallback that drops the system message fails).
-Every mismatch is listed with its case. No model and no engine process: the check takes seconds.
+Every mismatch is listed with its case (a parser mismatch with its input too). No model and no engine
+process: the check takes seconds.
 """
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def trainer_parse(text: str, tools: list[dict]) -> tuple[str, list[dict]]:
 
 
 def compare_outputs(cases: dict[str, str], tools: list[dict], tok, ours=trainer_parse) -> list[dict]:
-    """The cases where the two parsers disagree (or one raises), with both results."""
+    """The cases where the two parsers disagree (or one raises), with the model output both read and both
+    results (the report shows the three side by side)."""
     mismatches = []
     for case, text in cases.items():
         results = {}
@@ -76,7 +78,7 @@ def compare_outputs(cases: dict[str, str], tools: list[dict], tok, ours=trainer_
             except Exception as exc:  # noqa: BLE001 - a parser that raises on model output is a finding
                 results[side] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         if results["trainer"] != results["vllm"]:
-            mismatches.append({"case": case, **results})
+            mismatches.append({"case": case, "input": text, **results})
     return mismatches
 
 

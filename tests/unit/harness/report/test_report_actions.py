@@ -75,4 +75,4 @@ def test_last_known_good_is_listed_and_kept_across_renders(tmp_path):
     write(tmp_path, [cell("5.23.0", Status.FAIL, failure_class="test")])
     render_report(tmp_path)
     md = (tmp_path / "report.md").read_text()
-    assert "## Last known good" in md and "fsdp/text/stack-smoke: transformers 5.23.0" in md
+    assert "## Last known good" in md and "- transformers 5.23.0" in md and "— for fsdp/text/stack-smoke" in md

@@ -37,12 +37,12 @@ class TagCollector(HTMLParser):
 
 
 ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "ul", "li", "strong", "table", "br",
-                "details", "summary",
+                "details", "summary", "caption", "section", "h3", "pre",
                 "thead", "tbody", "tr", "th", "td", "a", "span", "div", "sup", "code", "figure", "figcaption",
                 "svg", "g", "polygon", "polyline", "path", "text", "defs", "use"}
 ALLOWED_ATTRS = {"lang", "charset", "http-equiv", "content", "name", "class", "title", "href", "id", "rowspan",
                  "colspan", "role", "width", "height", "viewbox", "transform", "points", "d", "x", "y",
-                 "text-anchor", "aria-label", "aria-hidden"}
+                 "text-anchor", "aria-label", "aria-hidden", "scope", "aria-labelledby"}
 
 
 @pytest.mark.parametrize("with_plots", [False, True])
@@ -62,7 +62,7 @@ def test_html_has_no_injected_tags_attributes_or_links(with_plots):
             assert re.fullmatch(r"#pp\d+", attrs["href"]) and f'<g id="{attrs["href"][1:]}">' in html
         if tag == "a":
             href = attrs["href"]
-            assert re.fullmatch(r"#(plot-\d+|r\d+|e\d+-\d+|details)", href) or (
+            assert re.fullmatch(r"#(plot-\d+|r\d+|e\d+-\d+|g\d+-\d+|details|pins)", href) or (
                 safe_link(href) == href and ":" not in href), href
     assert [tag for tag, _ in parser.tags].count("style") == 1
     text = "".join(parser.text)

@@ -12,9 +12,10 @@ from urllib.parse import quote
 
 import pytest
 
-from harness.report import build_report, plot, table, to_html, to_json
+from harness.report import build_report, html, plot, table, to_html, to_json
 from harness.report.html import href
 from harness.report.htmltext import escape_html
+from harness.report.htmlverdicts import entry_order
 from harness.report.support import STATUS_LETTERS
 from harness.report.synthetic import synthetic_cells
 from harness.report.table import entry_extras, safe_link
@@ -67,11 +68,13 @@ def test_html_shows_every_entry_with_status_links_message_verdicts_and_extras():
     page = to_html(report)
     assert page.isascii()
     parser = TableCells()
-    parser.feed(page)
+    parser.feed(page[page.index('<h2 id="details">'):])  # the details, not the grid
     # One closed <details> table per version combination, one table row per entry, in column order.
     assert page.count("<details>") == len(report.rows) and all(len(row) == 1 for row in parser.rows)
     cells = [row[0] for row in parser.rows]
-    entries = [entry for row in report.rows for _, entry in sorted(row.entries.items())]
+    # Per cell, what failed first (each rank in column order).
+    entries = [entry for row in report.rows for cell in html._cells(row.entries) for _, entry in entry_order(cell)]
+    assert sorted(map(id, entries)) == sorted(id(e) for row in report.rows for e in row.entries.values())
     assert len(cells) == len(entries)
     # Each cell once: one heading per cell, naming it and linking its lock; its entries follow it.
     assert page.count('<tr class="cell">') == report.cell_count
@@ -234,24 +237,36 @@ def test_escape_html_is_html_escape_written_in_ascii():
     assert escape_html(text) == "&lt;a href=&#x27;x&#x27;&gt;&amp;&lt;/a&gt; &#9989; &#183; &#128165; &#8238;"
 
 
-def test_the_glance_table_comes_first_with_only_the_differing_axes_grouped_under_the_first():
+def test_the_glance_table_comes_first_with_a_line_per_backend_grouped_under_the_first_differing_axis():
     cells = synthetic_cells(120, seed=21)
     for cell in cells:
         cell.axes["torch"] = "2.13.0"  # the same in every row: listed once, not a column
     report = build_report(cells)
     page = to_html(report)
     glance = page[page.index('<table class="glance">'):page.index("</table>")]
-    assert page.index("version combinations:") < page.index('<table class="glance">') < page.index("Generated from")
-    assert "Same in every row: torch 2.13.0" in page and "<th rowspan=\"2\">torch</th>" not in glance
-    assert '<th rowspan="2">device</th>' not in glance  # the group axis is a group header, not a column
-    groups = re.findall(r'<tr class="grp"><th colspan="\d+">device (\w+)</th>', glance)
+    assert page.index("Use these pins") < page.index('<table class="glance">') < page.index("Generated from")
+    assert page.index("version combinations:") < page.index('<table class="glance">')
+    assert "Same in every row: torch 2.13.0" in page and "torch 2.13.0" not in glance
+    groups = re.findall(r'<tr class="grp"><th colspan="\d+" scope="rowgroup"><span>device (\w+)', glance)
     assert groups == sorted(set(groups), key=groups.index) and set(groups) == {c.axes["device"] for c in cells}
-    marks = re.findall(r'<a class="m s-(\w+)" href="#e(\d+)-(\d+)" title="([^"]*)">([A-Z])</a>', glance)
+    # One check column per check name, not one set per backend.
+    heads = re.findall(r'<th scope="col" class="c"><span>([^<]+)</span>', glance)
+    assert sorted(heads) == sorted({c.check for c in report.columns})
+    # A line per (row, backend, model), labelled by its backend.
+    labels = re.findall(r'<tr id="g(\d+)-(\d+)"><th scope="row" class="lbl">([^<]*)</th>', glance)
+    assert len(labels) == sum(len({(report.columns[i].backend, report.columns[i].model) for i in row.entries})
+                              for row in report.rows)
+    for _row, first, label in labels:
+        column = report.columns[int(first)]
+        assert label.startswith(f"{column.backend} &#183; {column.model}")
+    marks = re.findall(r'<a class="m s-(\w+)" href="#e(\d+)-(\d+)" aria-label="([^"]*)">([A-Z])</a>', glance)
     assert len(marks) == sum(len(row.entries) for row in report.rows)
-    for status, row, column, title, letter in marks:
+    for status, row, column, name, letter in marks:
         entry = report.rows[int(row)].entries[int(column)]
         assert status == entry.status.value and letter == STATUS_LETTERS[entry.status]
-        assert title == escape_html(f"{report.columns[int(column)].label}: {status}")
+        # The accessible name: check, status and reason.
+        assert name == escape_html(f"{report.columns[int(column)].check}: {status}"
+                                   + (f": {entry.message}" if entry.message else ""))
         assert f'<tr id="e{row}-{column}">' in page  # the mark's target is its entry in the details
 
 

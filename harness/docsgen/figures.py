@@ -1,0 +1,77 @@
+"""The measured page's table, from bench/figures.json (written by `nox -s bench`): the current figure of each
+benchmark with the machine and the date it was measured on. Earlier figures live in git's history."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.docsgen.tables import ROOT, _table
+
+FIGURES_FILE = ROOT / "bench" / "figures.json"
+
+# (group in figures.json, what it measures, [(label, path inside the group, unit)]). A figure that a group lacks
+# is shown as "not measured", so a renamed key in the bench shows here instead of vanishing.
+FIGURES = [
+    ("matrix", "the whole CPU matrix, cells in parallel and reused (`-- --matrix`)", [
+        ("the old way: one cell after the other, no reuse", "old_way.wall_s", "s"),
+        ("the new way: `--jobs auto`, forked checks, reuse", "new_way.wall_s", "s"),
+        ("old over new", "old_to_new_ratio", "x"),
+        ("a warm rerun (every cell kept)", "warm_rerun.wall_s", "s")]),
+    ("four_families_in_a_cell", "the four check families in one FSDP cell, as a cell runs them", [
+        ("wall time", "seconds", "s"), ("CPU time", "cpu_seconds", "s")]),
+    ("checks_per_cell", "every check of one cell, each in a fresh interpreter", [
+        ("all checks", "total_s", "s"), ("the four families", "four_families_s", "s"),
+        ("importing torch and transformers", "imports_s", "s")]),
+    ("grpo_vs_trl", "GRPO to the reward threshold against TRL's GRPOTrainer, one thread (`-- --grpo`)", [
+        ("ours", "summary.seconds_to_threshold.ours", "s"), ("TRL", "summary.seconds_to_threshold.trl", "s"),
+        ("speed-up", "summary.speedup_to_threshold", "x"),
+        ("peak memory, ours", "summary.peak_rss_mib.ours", "MiB"),
+        ("peak memory, TRL", "summary.peak_rss_mib.trl", "MiB")]),
+    ("report", "rendering the report of 10,000 synthetic cells", [
+        ("CPU time, every format", "render_cpu_s", "s"), ("report.html", "html_bytes", "bytes")]),
+]
+
+
+def load(path: Path = FIGURES_FILE) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _get(group: dict, path: str):
+    value = group
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _number(value, unit: str) -> str:
+    if value is None:
+        return "not measured"
+    if unit == "bytes":
+        return f"{value / 2**20:.1f} MiB"
+    if unit == "x":
+        return f"{value:.2f}x"
+    return f"{value:,.2f} {unit}" if isinstance(value, float) else f"{value:,} {unit}"
+
+
+def _machine(group: dict, figures: dict) -> str:
+    machine = group.get("machine", figures.get("machine", "unknown"))
+    if isinstance(machine, dict):
+        parts = [machine.get("cpu"), f"{machine['cores']} cores" if machine.get("cores") else None,
+                 f"{machine['memory_gib']} GiB" if machine.get("memory_gib") else None]
+        return ", ".join(p for p in parts if p)
+    return str(machine)
+
+
+def measured_table(figures: dict | None = None) -> str:
+    figures = load() if figures is None else figures
+    rows = []
+    for key, what, fields in FIGURES:
+        group = figures.get(key)
+        if not isinstance(group, dict):
+            rows.append([what, "not measured", "", ""])
+            continue
+        values = "; ".join(f"{label}: {_number(_get(group, path), unit)}" for label, path, unit in fields)
+        rows.append([what, values, _machine(group, figures), str(group.get("date", figures.get("date", "unknown")))])
+    return _table(["benchmark", "figures", "machine", "date"], rows)

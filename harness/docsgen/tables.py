@@ -1,0 +1,91 @@
+"""Each table of the docs as a pure function of what it describes, rendered as Markdown."""
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tabulate import tabulate
+
+from harness import errors
+from harness.checks import CHECKS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cell(text: str) -> str:
+    """One Markdown table cell: pipes escaped, whitespace folded (a docstring spans lines)."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    return tabulate([[_cell(c) for c in row] for row in rows], headers=headers, tablefmt="github")
+
+
+def checks_table(link_prefix: str = "") -> str:
+    """Every registered check: its page, the backends it runs on, its time limit and what it answers."""
+    rows = [[f"[`{spec.name}`]({link_prefix}{spec.name}.md)", ", ".join(spec.backends), f"{spec.timeout:.0f} s",
+             spec.summary] for spec in CHECKS.values() if spec.module.startswith("harness.checks.")]
+    return _table(["check", "backends", "time limit", "what it answers"], rows)
+
+
+def exit_status_table() -> str:
+    """0 and 130 from harness/errors.py's constants, the rest from its error classes' docstrings."""
+    classes = sorted((cls for cls in _subclasses(errors.HarnessError) if "exit_code" in vars(cls)),
+                     key=lambda cls: cls.exit_code)
+    rows = [[str(errors.DONE), "done", "the verb did its work; check failures are in the report, not the status"]]
+    rows += [[str(cls.exit_code), cls.__name__, _first_sentence(inspect.getdoc(cls) or "")] for cls in classes
+             if cls is not errors.HarnessError]
+    rows.append([str(errors.INTERRUPTED), "interrupted", "Ctrl-C or SIGTERM; finished cell files are kept"])
+    return _table(["status", "meaning", "when"], rows)
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = [cls]
+    for sub in cls.__subclasses__():
+        found += _subclasses(sub)
+    return found
+
+
+def _first_sentence(doc: str) -> str:
+    text = " ".join(doc.split())
+    return text.split("; exit")[0].rstrip(".")
+
+
+def nox_sessions(listing: list[dict] | None = None) -> list[dict]:
+    """`nox -l --json -t all` without the per-cell sessions (one row stands for them)."""
+    if listing is None:
+        listing = _nox_listing()
+    return [entry for entry in listing if "cell" not in (entry.get("tags") or [])]
+
+
+@functools.cache
+def _nox_listing() -> list[dict]:
+    done = subprocess.run([sys.executable, "-m", "nox", "-l", "--json", "-t", "all"], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def sessions_table(listing: list[dict] | None = None, full: bool = False) -> str:
+    """One row per nox session: the first line of its docstring (the whole docstring with full=True)."""
+    rows = []
+    for entry in nox_sessions(listing):
+        description = entry.get("description") or ""
+        text = description if full else description.split("\n\n")[0]
+        rows.append([f"`{entry['session']}`", text])
+    rows.append(["`cell-<matrix>(<cell id>)`", "one cell of a matrix; `nox -l --json -t cell` lists them with their "
+                 "call_spec, `nox -t TAG` runs the cells a matrix tags"])
+    return _table(["session", "what it does"], rows)
+
+
+def check_doc(name: str) -> str:
+    """A check's module docstring (read from its file, not imported: checks import torch), as Markdown."""
+    spec = importlib.util.find_spec(CHECKS[name].module)
+    doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))) or ""
+    head, _, rest = doc.partition("\n")
+    return f"{head.partition(': ')[2] or head}\n{rest}".strip() + "\n"

@@ -1,0 +1,80 @@
+"""Axis values read from another pin's declared requirements when a matrix expands, so that no matrix
+copies them by hand: `torch = "as-pinned-by-vllm"` is the torch release each cell's vLLM release pins
+exactly (Requires-Dist: torch==2.14.0), a conflict-free crossing by construction.
+
+The requirements come from the releases' wheel metadata (metadata.py), cached beside the matrices
+(matrices/metadata/, each file with the index it was read from and the date) and read from the index only
+when a release is not there yet, so a checkout expands its matrices the same way without the network.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from packaging.version import Version
+
+from . import axes as ax
+
+_DERIVED = re.compile(r"^as-pinned-by-([a-z_]+)$")
+CACHE_DIR = "metadata"  # beside the matrix file
+
+
+def source_axis(value: str) -> str | None:
+    """The axis an `as-pinned-by-AXIS` value reads from, or None for any other value."""
+    match = _DERIVED.match(value)
+    return match.group(1) if match else None
+
+
+def is_valid(value: str) -> bool:
+    return source_axis(value) in ax.PACKAGE_AXES
+
+
+def lookup_for(matrix_path: Path) -> Callable[[str, str, str, str], str]:
+    """A function (source distribution, its version, target distribution, python) -> the exact target release
+    the source declares; ValueError, with what it declares instead, when it pins none."""
+    from .index import PackageIndex
+    from .metadata import MetadataSource
+    from .newest import Resolver
+
+    resolver: Resolver | None = None
+
+    def lookup(source: str, version: str, target: str, python: str) -> str:
+        nonlocal resolver
+        if resolver is None:  # the index is opened only when a derived value is used
+            index = PackageIndex()
+            resolver = Resolver(index, MetadataSource(index, matrix_path.parent / CACHE_DIR, per_index=False),
+                                limits={})
+        spec = resolver.requirement_on(source, version, target, python)
+        exact = [s for s in spec or () if s.operator in ("==", "===") and "*" not in s.version]
+        if not exact:
+            raise ValueError(f"{source} {version} declares {target}{spec or ' nothing'}, not one exact release")
+        return Version(exact[0].version).public
+
+    return lookup
+
+
+def substitute(combos: dict[str, dict[str, str]], extra_for: dict[str, tuple], python: str | None,
+               lookup: Callable[[str, str, str, str], str], fail: Callable[[str, str], Exception]) -> None:
+    """Replace every derived value in `combos` (cell id -> axes) by the release it names, re-keying the cells."""
+    from .newest import harness_python
+
+    for cid in list(combos):
+        axes = combos[cid]
+        derived = {a: source_axis(v) for a, v in axes.items() if a in ax.PACKAGE_AXES and source_axis(v)}
+        if not derived:
+            continue
+        for axis, source in derived.items():
+            if source not in axes or source_axis(axes[source]):
+                raise fail(axis, f"{axes[axis]!r}: the cell has no {source} release to read it from")
+            try:
+                axes[axis] = lookup(ax.PACKAGE_AXES[source], axes[source], ax.PACKAGE_AXES[axis],
+                                    axes.get(ax.PYTHON_AXIS) or python or harness_python())
+            except ValueError as exc:
+                raise fail(axis, str(exc)) from None
+        new = ax.cell_id(axes)
+        if new != cid and new in combos:
+            raise fail(next(iter(derived)), f"cell {new} is made twice: once with {next(iter(derived))} named, "
+                                            "once read from its pins")
+        combos[new] = combos.pop(cid)
+        extra_for[new] = extra_for.pop(cid)

@@ -1,0 +1,150 @@
+"""The offline verbs: `wheelhouse MATRIX --have FILE --out DIR` (where there is a network) and
+`run MATRIX --here --wheelhouse DIR` (on the box; `--dry-run` checks the plan anywhere, against `--have`)."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import matrix
+from harness.envs import cellenv, devices
+from harness.envs.lifetime import die_with_parent
+from harness.errors import InputError
+from harness.matrix import Cell
+from harness.matrix.axes import CHOICE_AXES, PYTHON_RE, cell_id
+
+from . import have as have_list
+from . import here, wheelhouse
+
+PLATFORM_RE = re.compile(r"^(x86_64|aarch64)-manylinux_2_\d{1,2}$")
+DEFAULT_PLATFORM = "x86_64-manylinux_2_28"
+
+
+def add_parser(sub) -> None:
+    wh = sub.add_parser("wheelhouse", help="download the wheels an offline interpreter lacks for some cells")
+    wh.add_argument("file", type=Path)
+    wh.add_argument("--cells", nargs="+", default=None, metavar="ID")
+    wh.add_argument("--tags", nargs="+", default=None, metavar="TAG")
+    wh.add_argument("--have", type=Path, required=True, metavar="FILE",
+                    help="what the target interpreter has: its `pip freeze` (name==version lines)")
+    wh.add_argument("--out", type=Path, required=True, metavar="DIR")
+    wh.add_argument("--limit-mb", type=float, default=wheelhouse.DEFAULT_LIMIT_MB,
+                    help=f"refuse a wheelhouse above this size (default {wheelhouse.DEFAULT_LIMIT_MB})")
+    wh.add_argument("--platform", default=DEFAULT_PLATFORM, help=f"the box's platform (default {DEFAULT_PLATFORM})")
+    wh.add_argument("--python", default=None, help="the box's Python (default: the cells' own)")
+    wh.add_argument("--dry-run", action="store_true", help="print what would be downloaded; download nothing")
+
+
+def add_run_options(run) -> None:
+    run.add_argument("--here", action="store_true",
+                     help="run on this interpreter, installing only from --wheelhouse (never the network)")
+    run.add_argument("--wheelhouse", type=Path, default=None, metavar="DIR", help="with --here: the wheels to use")
+    run.add_argument("--device", choices=CHOICE_AXES["device"], default=None,
+                     help="with --here: run the rows on this device instead of theirs (cpu: a dry run on a CPU)")
+    run.add_argument("--have", type=Path, default=None, metavar="FILE",
+                     help="with --here --dry-run: check against this `pip freeze` list instead of this interpreter")
+    run.add_argument("--dry-run", action="store_true",
+                     help="with --here: check the interpreter and the wheelhouse, print the plan, run nothing")
+
+
+def _python_of(cells: list[Cell], given: str | None) -> str:
+    named = {c.python for c in cells if c.python}
+    if given is not None:
+        if not PYTHON_RE.match(given):
+            raise InputError(f"--python: expected a Python version like 3.12, got {given!r}")
+        return given
+    if len(named) != 1:
+        raise InputError("--python: the cells name " + (f"several Pythons ({', '.join(sorted(named))})" if named else
+                                                        "no Python") + "; say which the box has")
+    return named.pop()
+
+
+def cmd_wheelhouse(args) -> int:
+    if not PLATFORM_RE.match(args.platform):
+        raise InputError(f"--platform: expected x86_64-manylinux_2_NN or aarch64-manylinux_2_NN, got {args.platform!r}")
+    if not 0 < args.limit_mb <= 100_000:
+        raise InputError(f"--limit-mb: expected MiB above 0, got {args.limit_mb:g}")
+    m = matrix.load(args.file)
+    cells = m.select(args.cells, args.tags)
+    python = _python_of(cells, args.python)
+    box = have_list.read(args.have)
+    manifest = wheelhouse.build(cells, m.name, box, args.out, args.platform, python,
+                                int(args.limit_mb * wheelhouse.MIB), fetch=not args.dry_run)
+    for cid, entry in manifest["cells"].items():
+        print(f"{cid}: from the wheelhouse {', '.join(entry['add']) or 'nothing'}; from the interpreter "
+              + ", ".join(f"{d} {v}" for d, v in entry["from_interpreter"].items()))
+    verb = "would hold" if args.dry_run else "holds"
+    size = manifest["total_bytes"] / wheelhouse.MIB
+    size = manifest["total_bytes"] / wheelhouse.MIB
+    print(f"wheelhouse {args.out} {verb} {len(manifest['files'])} wheels, {size:.1f} MiB of its {args.limit_mb:g} MiB "
+          f"limit, for {args.platform}, Python {python}", file=sys.stderr)
+    return 0
+
+
+def _on_device(cells: list[Cell], manifest: dict, device: str | None) -> tuple[list[Cell], dict]:
+    """The cells moved to `device` (their ids follow), and the manifest's entries under the new ids."""
+    if device is None:
+        return cells, manifest
+    moved, entries = [], {}
+    for cell in cells:
+        axes = {**cell.axes, "device": device}
+        new = dataclasses.replace(cell, id=cell_id(axes), axes=axes)
+        moved.append(new)
+        if cell.id in manifest["cells"]:
+            entries[new.id] = manifest["cells"][cell.id]
+    return moved, {**manifest, "cells": entries}
+
+
+def _check_offline_install(cells: list[Cell], manifest: dict, directory: Path) -> None:
+    """Each row's wheelhouse pins resolve from the folder alone for the box's platform and Python."""
+    target = manifest["target"]
+    for cell in cells:
+        pins = manifest["cells"][cell.id].get("add", [])
+        if not pins:
+            continue
+        argv = [cellenv.uv_binary(), "pip", "compile", "-", "--no-index", "--find-links", str(directory), "--no-deps",
+                "--python-platform", str(target["platform"]), "--python-version", str(target["python"]), "--quiet",
+                "--no-header", "--color", "never"]
+        done = subprocess.run(argv, input="\n".join(pins) + "\n", capture_output=True, text=True, check=False,
+                              env=cellenv.uv_process_env(), timeout=300, preexec_fn=die_with_parent)
+        if done.returncode != 0:
+            reason = " ".join(done.stderr.split("cause:", 1)[-1].split())[:400]
+            raise InputError(f"--wheelhouse {directory}: row {cell.id} cannot install from it offline: {reason}")
+
+
+def run_here(args, run_options) -> int:
+    """`run --here`: refuse a mismatched interpreter, then run (or, with --dry-run, print the plan)."""
+    if args.wheelhouse is None:
+        raise InputError("--here needs --wheelhouse DIR (build it with `python -m harness wheelhouse`)")
+    if args.have is not None and not args.dry_run:
+        raise InputError("--have: only with --dry-run; a run checks the interpreter it runs on")
+    m = matrix.load(args.file)
+    manifest = wheelhouse.read_manifest(args.wheelhouse)
+    cells, manifest = _on_device(m.select(args.cells, args.tags), manifest, args.device)
+    if args.have is not None:
+        box, python, source = have_list.read(args.have), str(manifest["target"]["python"]), str(args.have)
+    else:
+        box, python, source = have_list.current(), here.interpreter_python(), f"this interpreter ({sys.executable})"
+    here.refuse_mismatches(cells, manifest, box, python, source)
+    wheels = sum(f.stat().st_size for f in Path(args.wheelhouse).glob("*.whl"))
+    if wheels > int(manifest.get("limit_bytes", wheels)):
+        raise InputError(f"--wheelhouse {args.wheelhouse}: {wheels / wheelhouse.MIB:.1f} MiB of wheels, over its "
+                         f"{manifest['limit_bytes'] / wheelhouse.MIB:g} MiB limit")
+    checks = args.checks or list(m.checks)
+    if args.dry_run:
+        _check_offline_install(cells, manifest, args.wheelhouse)
+        for cell in cells:
+            entry = manifest["cells"][cell.id]
+            print(f"{cell.id} on {cell.axes['device']}: from {source}: "
+                  + ", ".join(f"{d} {v}" for d, v in entry["from_interpreter"].items())
+                  + f"; from the wheelhouse: {', '.join(entry['add']) or 'nothing'}; checks: {', '.join(checks)}")
+        print(f"dry run: {len(cells)} rows match {source} and install from {args.wheelhouse} offline "
+              f"({wheels / wheelhouse.MIB:.1f} MiB); nothing ran", file=sys.stderr)
+        return 0
+    for device in sorted({c.axes["device"] for c in cells}):
+        devices.require(device, f"matrix {m.path.name}")
+    overlays = Path(args.env_root) / "overlays"
+    run_options(m, cells, here.preparer(manifest, Path(args.wheelhouse).resolve(), overlays))
+    return 0

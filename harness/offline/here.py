@@ -1,0 +1,123 @@
+"""A run on the interpreter at hand (`run --here`): no environment is built and nothing is fetched. What a row needs
+beyond the interpreter's own packages is installed from the wheelhouse alone (`--no-index --find-links`) into a
+folder of its own that comes first on the checks' PYTHONPATH, so the interpreter itself is never changed and two
+rows with two transformers can run one after the other. A row whose declared versions the interpreter does not
+have (and the wheelhouse does not add) is refused before anything runs."""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from harness.envs import cellenv
+from harness.envs.lifetime import die_with_parent
+from harness.errors import InputError
+from harness.matrix import Cell
+
+from .have import same_release
+
+
+def interpreter_python() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
+
+
+def mismatches(cell: Cell, manifest: dict, have: dict[str, str], python: str) -> list[str]:
+    """One line per way the interpreter (`have`, `python`) is not what the row declares, given what the wheelhouse
+    adds; [] when it may run."""
+    entry = manifest["cells"].get(cell.id)
+    if entry is None:
+        return [f"the wheelhouse was not built for this row; build it with `python -m harness wheelhouse ... "
+                f"--cells {cell.id}`"]
+    added = {canonicalize_name(pin.split("==", 1)[0]): pin.split("==", 1)[1] for pin in entry.get("add", [])}
+    wrong = []
+    for dist, version in cell.pinned_releases().items():
+        name = canonicalize_name(dist)
+        if name in added:
+            if not same_release(added[name], version):
+                wrong.append(f"{dist}: the wheelhouse holds {added[name]}, the row declares {version}")
+        elif not same_release(have.get(name), version):
+            wrong.append(f"{dist}: the interpreter has {have.get(name) or 'none'}, the row declares {version}")
+    wanted_python = cell.python or str(manifest["target"].get("python", ""))
+    if wanted_python and not (python == wanted_python or python.startswith(wanted_python + ".")):
+        wrong.append(f"python: the interpreter is {python}, the row declares {wanted_python}")
+    return wrong
+
+
+def refuse_mismatches(cells: list[Cell], manifest: dict, have: dict[str, str], python: str, source: str) -> None:
+    """InputError (exit 2) naming the first row the interpreter does not match, and how."""
+    for cell in cells:
+        wrong = mismatches(cell, manifest, have, python)
+        if wrong:
+            raise InputError(f"{source} is not row {cell.id}: {'; '.join(wrong)}; refusing to run it here")
+
+
+@dataclass(frozen=True)
+class HereEnv(cellenv.CellEnv):
+    """The interpreter at hand, with a row's overlay of wheelhouse packages first on the path."""
+
+    overlay: Path | None = None
+    evidence: str = ""
+
+    @property
+    def python(self) -> Path:
+        return Path(sys.executable)
+
+    def run_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = super().run_env(extra)
+        env.pop("VIRTUAL_ENV", None)
+        if self.overlay is not None:
+            env["PYTHONPATH"] = os.pathsep.join((str(self.overlay), env["PYTHONPATH"]))
+        return env
+
+
+def install_overlay(pins: list[str], wheelhouse: Path, overlay: Path, log) -> None:
+    """`pins` from the wheelhouse alone into `overlay` (no index: nothing is fetched), unless already there."""
+    marker = overlay / ".harness-overlay.json"
+    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == sorted(pins):
+        return
+    argv = [cellenv.uv_binary(), "pip", "install", "--python", sys.executable, "--target", str(overlay), "--no-index",
+            "--find-links", str(wheelhouse), "--no-deps", "--reinstall", *pins]
+    log.write(f"$ {' '.join(argv)}\n".encode())
+    log.flush()
+    env = {k: v for k, v in cellenv.uv_process_env().items() if not k.startswith(("UV_INDEX", "UV_FIND_LINKS",
+                                                                                  "UV_DEFAULT_INDEX"))}
+    done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, check=False, preexec_fn=die_with_parent)
+    if done.returncode != 0:
+        raise cellenv.SetupFailed(f"installing {', '.join(pins)} from the wheelhouse failed (status {done.returncode})")
+    marker.write_text(json.dumps(sorted(pins)), encoding="utf-8")
+
+
+def _lock(overlay: Path | None) -> str:
+    """The interpreter's packages, those of the overlay in their place."""
+    added = {}
+    if overlay is not None:
+        for dist in importlib.metadata.distributions(path=[str(overlay)]):
+            added[canonicalize_name(dist.metadata["Name"])] = f"{dist.metadata['Name']}=={dist.version}"
+    lines = [f"{dist.metadata['Name']}=={dist.version}" for dist in importlib.metadata.distributions()
+             if dist.metadata["Name"] and canonicalize_name(dist.metadata["Name"]) not in added]
+    return "\n".join(sorted({*lines, *added.values()}, key=str.lower)) + "\n"
+
+
+def preparer(manifest: dict, wheelhouse: Path, overlays: Path):
+    """The `prepare` of RunOptions for a run here: (environment, lock) of a row."""
+    files = len(manifest.get("files", []))
+    size = manifest.get("total_bytes", 0) / (1024 * 1024)
+
+    def prepare(cell: Cell, setup_log: Path) -> tuple[HereEnv, str]:
+        pins = list(manifest["cells"][cell.id].get("add", []))
+        overlay = (overlays / cell.id).resolve() if pins else None
+        setup_log.parent.mkdir(parents=True, exist_ok=True)
+        if overlay is not None:
+            with open(setup_log, "ab") as log:
+                install_overlay(pins, wheelhouse, overlay, log)
+        evidence = (f"offline run on the box's own Python {interpreter_python()}, "
+                    f"{len(pins)} packages from a wheelhouse of {files} wheels ({size:.1f} MiB)")
+        return HereEnv(Path(sys.prefix), overlay, evidence), _lock(overlay)
+
+    return prepare

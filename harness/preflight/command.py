@@ -1,0 +1,95 @@
+"""`python -m harness preflight MATRIX`: every cell's install verdict and lock, resolved on this machine for the
+runner's platform and Python, written where the report shows them until a runner's result replaces them."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from harness import matrix
+from harness.errors import InputError
+from harness.matrix.axes import PYTHON_RE
+
+from . import cache, store, verdicts
+from .resolve import Resolution, cell_pins, resolve, target_for
+
+
+def add_parser(sub) -> None:
+    pf = sub.add_parser("preflight", help="resolve each cell's lock for its runner on this machine (no downloads) "
+                                          "and record its install verdict")
+    pf.add_argument("file", type=Path)
+    pf.add_argument("--cells", nargs="+", default=None, metavar="ID")
+    pf.add_argument("--tags", nargs="+", default=None, metavar="TAG")
+    pf.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    pf.add_argument("--out", type=Path, default=None, help="results directory (default: reports/<matrix name>)")
+    pf.add_argument("--python", default=f"{sys.version_info.major}.{sys.version_info.minor}",
+                    help="the Python of cells that name none, by axis, [matrix] python or image (default: this one)")
+    pf.add_argument("--cache", type=Path, default=Path(".harness/preflight-cache"), help="where answers are kept")
+    pf.add_argument("--max-age", type=float, default=cache.DEFAULT_MAX_AGE_S / 3600, metavar="HOURS",
+                    help="use a kept answer up to this old (default 12)")
+    pf.add_argument("--no-cache", action="store_true", help="ask the resolver for every cell")
+    pf.add_argument("--jobs", type=int, default=4, help="resolver calls at once (default 4)")
+
+
+def _check_args(args) -> None:
+    if not PYTHON_RE.match(args.python):
+        raise InputError(f"--python: expected a Python version like 3.11, got {args.python!r}")
+    if not 1 <= args.jobs <= 32:
+        raise InputError(f"--jobs: expected a whole number from 1 to 32, got {args.jobs}")
+    if not 0 < args.max_age <= 24 * 365:
+        raise InputError(f"--max-age: expected hours above 0, got {args.max_age:g}")
+
+
+def cmd_preflight(args) -> int:
+    _check_args(args)
+    m = matrix.load(args.file)
+    cells = m.select(args.cells, args.tags)
+    out = args.out or Path("reports") / m.name
+    start = time.perf_counter()
+    answers = Resolver(None if args.no_cache else args.cache, args.max_age * 3600)
+    planned = [(cell, target_for(cell, args.python)) for cell in cells]
+    # Cells that differ only in model or backend share their pins: one resolver call each.
+    unique = {answers.key(cell, target): (cell, target) for cell, target in planned}
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        found = dict(zip(unique, pool.map(lambda pair: answers.resolve(*pair), unique.values())))
+    done = [(cell, target, found[answers.key(cell, target)]) for cell, target in planned]
+    summary = store.write(out, m.name, done)
+    seconds = time.perf_counter() - start
+    if args.json:
+        print(json.dumps([{"cell": c.id, "platform": t.platform, "python": t.python, **r.to_dict()}
+                          for c, t, r in done], indent=1))
+    else:
+        for cell, _, resolution in done:
+            print(f"{cell.id}  {resolution.verdict}: {resolution.reason}")
+    counts = {v: sum(r.verdict == v for _, _, r in done) for v in verdicts.ALL}
+    print(f"pre-flight of {m.path.name}: {len(cells)} cells ({len(unique)} distinct pin sets, {answers.calls} "
+          f"resolved, the rest from the cache) in {seconds:.1f} s: "
+          + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f"; wrote {summary}", file=sys.stderr)
+    return 0
+
+
+class Resolver:
+    """The resolver behind the answer cache, counting its calls."""
+
+    def __init__(self, directory: Path | None, max_age_s: float):
+        self.store = cache.Cache(directory, max_age_s)
+        self.uv = cache.uv_version()
+        self.calls = 0
+        self.source_only: set[str] = set()  # pins found to be source releases, shared by the run's cells
+
+    def key(self, cell, target) -> str:
+        return cache.key(cell_pins(cell), cell.install.from_source, target, self.uv)
+
+    def resolve(self, cell, target) -> Resolution:
+        name = self.key(cell, target)
+        kept = self.store.get(name)
+        if kept is not None:
+            return kept
+        self.calls += 1
+        resolution = resolve(cell_pins(cell), cell.install.from_source, target,
+                             source_only=self.source_only)
+        self.store.put(name, resolution)
+        return resolution
+

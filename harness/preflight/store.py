@@ -1,0 +1,85 @@
+"""Pre-flight verdicts as cell results, beside a matrix's runner results and never among them.
+
+    DIR/preflight/cells/<cell-id>.json        a CellResult: each of the cell's checks awaits a runner (skip),
+                                              or the cell cannot be installed (error, class test)
+    DIR/preflight/cells/<cell-id>/lock.txt    the resolved lock for the runner's platform and Python
+    DIR/preflight/preflight.json              every cell's verdict, for the nightly's dispatch
+
+A runner run reads and writes only DIR/cells/, so these results never stop a cell from running; the report
+shows them for the cells that have no runner result yet (harness/report/added_rows.py).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from harness import checks
+from harness.matrix import Cell
+from harness.results.records import CellResult, CheckResult, Status, now, write_json_atomic, write_text_atomic
+
+from . import verdicts
+from .resolve import Resolution, Target
+
+FOLDER = "preflight"
+SUMMARY = "preflight.json"
+RUNNER_WORDS = {"cuda": "GPU runner", "npu": "Ascend runner"}
+
+
+def evidence_line(date: str) -> str:
+    return f"CPU pre-flight on {date}: an install verdict only, no check has run on a runner yet"
+
+
+def _check_result(name: str, cell: Cell, resolution: Resolution) -> CheckResult:
+    if cell.axes["backend"] not in checks.CHECKS[name].backends:
+        return CheckResult(name, Status.SKIP, f"not applicable to backend {cell.axes['backend']}")
+    metrics = {"preflight": resolution.verdict}
+    if resolution.verdict in verdicts.DISPATCHED:
+        runner = RUNNER_WORDS.get(cell.axes["device"], "runner")
+        return CheckResult(name, Status.SKIP, f"awaits a {runner}; CPU pre-flight: {resolution.verdict}: "
+                           f"{resolution.reason}", metrics=metrics)
+    return CheckResult(name, Status.ERROR, f"{resolution.verdict} (CPU pre-flight): {resolution.reason}",
+                       metrics=metrics, failure_class="test")
+
+
+def cell_result(matrix_name: str, cell: Cell, resolution: Resolution, target: Target, lock: str | None) -> CellResult:
+    stamp = now()
+    result = CellResult(matrix_name, cell.id, dict(cell.axes), list(cell.tags),
+                        [_check_result(name, cell, resolution) for name in cell.checks], lock=lock,
+                        started=stamp, finished=stamp, duration=resolution.seconds)
+    result.environment = {"preflight": resolution.verdict, "evidence": evidence_line(stamp[:10]),
+                          "target": str(target), "install": cell.install_order()}
+    if resolution.built:
+        result.environment["built_on_runner"] = list(resolution.built)
+    return result
+
+
+def write(out_dir: Path, matrix_name: str, done: list[tuple[Cell, Target, Resolution]]) -> Path:
+    """Write each cell's result and lock, then the summary; returns the summary's path."""
+    base = Path(out_dir) / FOLDER
+    summary = []
+    for cell, target, resolution in done:
+        lock = None
+        if resolution.lock:
+            lock = f"{FOLDER}/cells/{cell.id}/lock.txt"
+            write_text_atomic(Path(out_dir) / lock, resolution.lock)
+        write_json_atomic(base / "cells" / f"{cell.id}.json",
+                          cell_result(matrix_name, cell, resolution, target, lock).to_dict())
+        summary.append({"cell": cell.id, "verdict": resolution.verdict, "reason": resolution.reason,
+                        "built": resolution.built, "platform": target.platform, "python": target.python,
+                        "lock": lock, "packages": len(resolution.lock.splitlines())})
+    path = base / SUMMARY
+    fresh = {entry["cell"] for entry in summary}
+    kept = [entry for entry in read_summary(path) if entry.get("cell") not in fresh]  # a run of some cells
+    write_json_atomic(path, {"matrix": matrix_name, "date": dt.date.today().isoformat(),
+                             "cells": sorted(kept + summary, key=lambda entry: str(entry.get("cell")))})
+    return path
+
+
+def read_summary(path: Path) -> list[dict]:
+    """The cells of a summary file; [] when it is absent or unreadable (no verdict: nothing is held back)."""
+    try:
+        cells = json.loads(Path(path).read_text(encoding="utf-8")).get("cells")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else []

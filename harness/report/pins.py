@@ -1,0 +1,104 @@
+"""The "use these pins" answer: per backend, without and with vLLM, the newest stack that passes every check.
+
+A candidate is a grid line (grid.py: one version combination on one backend and model) whose verdict is
+`works` or `works with the trainer's patches`: no check failed, errored, crashed, timed out or is a declared
+known failure, and at least one ran. "Newest" compares the engine packages first (vLLM, then megatron-core,
+Megatron-Bridge and mbridge), then transformers, torch and tensordict, then Python; an absent package is
+older than any version. The box carries the exact pins as a command to copy: a virtual environment on the
+line's Python (when the matrix pinned one), then one install of every pinned package.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+from harness.matrix.axes import PACKAGE_AXES, PYTHON_AXIS, VLLM_AXES
+
+from .grid import Line, lines
+from .table import Report
+
+PASSING_KINDS = ("works", "patched")
+NEWEST_FIRST = (*VLLM_AXES, "megatron_core", "megatron_bridge", "mbridge", "transformers", "torch", "torch_npu",
+                "tensordict", PYTHON_AXIS)
+BACKEND_TITLES = {"fsdp": "FSDP", "megatron": "Megatron"}
+
+
+@dataclass(slots=True)
+class PinsBox:
+    title: str
+    line: Line | None  # None: no stack of this kind passes every check
+    tested: int  # lines of this kind in the report
+    pins: list[tuple[str, str]]  # (distribution, version), in the report's axis order
+    python: str
+    other: list[tuple[str, str]]  # the line's other axes (device, mode, image): not installed, but part of it
+
+    @property
+    def command(self) -> str:
+        install = "uv pip install " + " ".join(shlex.quote(f"{name}=={version}") for name, version in self.pins)
+        if self.python:
+            return f"uv venv --python {shlex.quote(self.python)}\n{install}"
+        return install
+
+
+def _version(value: str) -> tuple:
+    if not value:
+        return (0,)
+    try:
+        return (2, Version(value))
+    except InvalidVersion:
+        return (1, value)
+
+
+def _newness(report: Report, line: Line) -> tuple:
+    axes = dict(zip(report.axes, report.rows[line.row].axes))
+    return (tuple(_version(axes.get(axis, "")) for axis in NEWEST_FIRST),
+            axes.get("mode", "") in ("", "sync"),  # among equal versions, the plain loop
+            -line.row)
+
+
+def _title(backend: str, with_vllm: bool, device: str) -> str:
+    name = BACKEND_TITLES.get(backend, backend or "no backend")
+    return name + (" with vLLM" if with_vllm else "") + (f" on {device}" if device else "")
+
+
+def pins_boxes(report: Report) -> list[PinsBox]:
+    """One box per (backend, with or without vLLM[, device when devices differ]) present in the report."""
+    vllm_positions = [p for p, axis in enumerate(report.axes) if axis in VLLM_AXES]
+    device_at = report.axes.index("device") if "device" in report.axes else None
+    devices = {row.axes[device_at] for row in report.rows} if device_at is not None else set()
+    kinds: dict[tuple, list[Line]] = {}
+    for line in lines(report):
+        axes = report.rows[line.row].axes
+        device = axes[device_at] if device_at is not None and len(devices) > 1 else ""
+        with_vllm = any(axes[p] for p in vllm_positions)
+        kinds.setdefault((line.backend, with_vllm, device), []).append(line)
+    boxes = []
+    for (backend, with_vllm, device), members in sorted(kinds.items(), key=lambda kv: (
+            kv[0][0] != "fsdp", kv[0][0], kv[0][1], kv[0][2])):
+        passing = [ln for ln in members if ln.verdict.kind in PASSING_KINDS]
+        best = max(passing, key=lambda ln: _newness(report, ln)) if passing else None
+        pins, python, other = [], "", []
+        if best is not None:
+            for axis, value in zip(report.axes, report.rows[best.row].axes):
+                if not value:
+                    continue
+                if axis in PACKAGE_AXES:
+                    pins.append((PACKAGE_AXES[axis], value))
+                elif axis == PYTHON_AXIS:
+                    python = value
+                else:
+                    other.append((axis, value))
+        boxes.append(PinsBox(_title(backend, with_vllm, device), best, len(members), pins, python, other))
+    return boxes
+
+
+def known_good_stacks(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """Report.last_known_good ("backend/model/check: versions (cell, date, ...)") as one entry per stack with
+    the columns it holds for: most columns of a run share the same pins."""
+    stacks: dict[str, list[str]] = {}
+    for line in lines:
+        key, _, rest = line.partition(": ")
+        stacks.setdefault(rest or key, []).extend([key] if rest else [])
+    return list(stacks.items())
