@@ -157,6 +157,7 @@ def test_the_report_shows_a_git_source_row_beside_release_rows():
     rows = [CellResult("cpu", "a", {**axes, "mbridge": SOURCE}, checks=[CheckResult(
                 "stack-smoke", Status.ERROR, "not installable on this runner: it cannot reach github.com <x>",
                 failure_class="infra")]),
-            CellResult("cpu", "b", {**axes, "mbridge": "0.15.1"}, checks=[CheckResult("stack-smoke", Status.PASS, "ok")])]
+            CellResult("cpu", "b", {**axes, "mbridge": "0.15.1"},
+                       checks=[CheckResult("stack-smoke", Status.PASS, "ok")])]
     page = to_html(build_report(rows))
     assert SOURCE in page and "0.15.1" in page and "<x>" not in page
