@@ -181,7 +181,7 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
             failure = "test" if any(word in str(exc) for word in UNRESOLVABLE) else "infra"
             # a git source this runner cannot reach: a finding about the runner, not the stack
             unreachable = unreachable_source(cell.requirements, str(exc))
-            reason = f"{unreachable} ({str(exc)[-1200:]})" if unreachable else str(exc)[-1500:]
+            reason = unreachable or str(exc)[-1500:]  # the whole of uv's answer stays in the setup log
             attempts.append({"status": Status.ERROR.value, "failure_class": failure, "reason": reason})
             env = None
             if failure == "test" or unreachable:

@@ -73,5 +73,6 @@ def unreachable_source(requirements: list[str], log_tail: str) -> str | None:
     text = log_tail.lower()
     if not hosts or not any(word in text for word in _UNREACHABLE) or not any(h in text for h in hosts):
         return None
+    said = [line.strip() for line in log_tail.splitlines() if any(word in line.lower() for word in _UNREACHABLE)]
     return (f"not installable on this runner: it cannot reach {', '.join(sorted(hosts))} to fetch the git "
-            f"source; a runner with network access to it installs the row")
+            f"source (uv: {said[-1][:300]}); a runner with network access to it installs the row")
