@@ -86,3 +86,16 @@ def test_a_packed_verdict_that_could_not_ask_megatron_core_fails_instead_of_blam
              "matches_padded": None}
     verdict = packed_verdict({"packed": probe})
     assert verdict.status == Status.FAIL and "own answer is not measured" in verdict.message
+
+
+def test_the_trainers_refusal_names_its_deterministic_mode_not_megatron_core(monkeypatch):
+    from trainers.megatron import packed
+
+    layer = GatedDeltaNetLike(deterministic=True)
+    monkeypatch.setattr(packed, "gated_delta_net_layers", lambda model: [layer])
+    reason = packed.packed_refusal(layer, "0.19.2")
+    assert reason.startswith("packed (THD) batches refused: with deterministic_mode")
+    assert "flash-linear-attention" in reason and "use_remove_padding=false" in reason
+    own = GatedDeltaNetLike(deterministic=True, refuse_packed=True)
+    monkeypatch.setattr(packed, "gated_delta_net_layers", lambda model: [own])
+    assert "megatron-core 0.17.0's GatedDeltaNet raised NotImplementedError" in packed.packed_refusal(own, "0.17.0")
