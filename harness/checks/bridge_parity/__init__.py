@@ -201,4 +201,5 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     if failed:
         return CheckResult(NAME, Status.FAIL, f"failed: {', '.join(failed)}", metrics=metrics, verdicts=verdicts)
     return CheckResult(NAME, Status.PASS, "HF and megatron-core agree on hybrid Qwen3.5 and Qwen3.5-MoE "
-                       f"({', '.join(jobs)}; bridge {metrics['bridge']})", metrics=metrics, verdicts=verdicts)
+                       f"({', '.join(jobs)}; bridge {metrics['bridge']}){megatron_bridge.summary(library_bridges)}",
+                       metrics=metrics, verdicts=verdicts)

@@ -83,6 +83,16 @@ def verdicts(found: dict) -> list[Verdict]:
     return out
 
 
+def summary(found: dict) -> str:
+    """'; Megatron-Bridge's own bridges: ...' for the check's message ('' where it is not installed)."""
+    if not found:
+        return ""
+    failed = {e["error"] + (f" at {e['where']}" if e["where"] else "") for e in found.values() if not e["importable"]}
+    if not failed:
+        return f"; Megatron-Bridge's Qwen3.5 bridges import ({', '.join(e['bridge'] for e in found.values())})"
+    return f"; Megatron-Bridge's Qwen3.5 bridges cannot be imported on this runner: {'; '.join(sorted(failed))}"
+
+
 def attributed(verdict: Verdict) -> Verdict:
     """The verdict itself, or a failure where one named for Megatron-Bridge came from another bridge."""
     bridge = str(verdict.metrics.get("bridge") or "")

@@ -60,8 +60,10 @@ def test_an_unimportable_bridge_is_skipped_with_the_line_of_its_code_that_raised
     assert "cannot be imported on this runner: ModuleNotFoundError" in verdict.message
     assert verdict.metrics["bridge"].startswith("megatron-bridge")
     assert megatron_bridge.attributed(verdict) is verdict
+    assert megatron_bridge.summary(found) == ("; Megatron-Bridge's Qwen3.5 bridges cannot be imported on this runner: "
+                                              f"{text['error']} at {text['where']}")
 
 
 def test_without_megatron_bridge_there_is_no_verdict_for_it(monkeypatch):
     monkeypatch.setattr(megatron_bridge, "installed_version", lambda: None)
-    assert megatron_bridge.probe() == {} and megatron_bridge.verdicts({}) == []
+    assert megatron_bridge.probe() == {} and megatron_bridge.verdicts({}) == [] and megatron_bridge.summary({}) == ""
