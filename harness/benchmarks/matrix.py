@@ -86,7 +86,7 @@ def warm_uv_cache(cells: list, scratch: Path) -> float:
             python = interpreters.find(cell.python).path if cell.python else None
             cellenv.build(cell.id, cell.requirements, scratch / "envs", scratch / "warm-up.log", python,
                           cell.install.from_index, cell.install.remove, cell.install.from_source,
-                          cell.install.build_env)
+                          cell.install.build_env, cell.install.overrides())
         except (cellenv.SetupFailed, interpreters.InterpreterMissing):
             pass  # the runs record why this cell cannot be built
     shutil.rmtree(scratch, ignore_errors=True)

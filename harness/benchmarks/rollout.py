@@ -78,7 +78,7 @@ def vllm_env(env_root: Path, log: Path) -> cellenv.CellEnv:
     cell = matrix.load(ROOT / "matrices" / "cpu.toml").select(tags=["vllm-dev"])[0]
     recipe = cell.install
     return cellenv.build(cell.id, cell.requirements, env_root, log, None, recipe.from_index, recipe.remove,
-                         recipe.from_source, recipe.build_env)
+                         recipe.from_source, recipe.build_env, recipe.overrides())
 
 
 def benchmark(args: argparse.Namespace) -> dict:

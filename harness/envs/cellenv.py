@@ -24,6 +24,7 @@ from .lifetime import die_with_parent
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 HARNESS_NEEDS = ("packaging",)
 MARKER = ".harness-env.json"
+OVERRIDES = ".harness-overrides.txt"  # the install recipe's `exclude`, as uv reads it
 
 
 class SetupFailed(RuntimeError):
@@ -95,21 +96,23 @@ def _run_logged(argv: list[str], log, env: dict[str, str]) -> None:
 
 def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
           python: str | None = None, from_index: tuple[str, ...] = (), remove: tuple[str, ...] = (),
-          from_source: tuple[str, ...] = (), build_env: tuple[tuple[str, str], ...] = ()) -> CellEnv:
+          from_source: tuple[str, ...] = (), build_env: tuple[tuple[str, str], ...] = (),
+          overrides: tuple[str, ...] = ()) -> CellEnv:
     """Create or reuse the environment of one cell on the interpreter at path `python` (default: the
     harness's own); raise SetupFailed with the log's tail.
 
     The other arguments are a cell's install recipe (harness/matrix/recipe.py), applied after the
     pins: exact pins reinstalled from the package index alone, pins built from source with
-    `build_env`, then distributions removed.
+    `build_env`, then distributions removed. `overrides` are the lines of uv's --override file, from the
+    recipe's `exclude` (distributions left out of the pins' resolution by a never-true marker).
     """
     python = python or sys.executable
     env = CellEnv(Path(env_root) / cell_id)
     wanted = {"requirements": sorted(requirements + list(HARNESS_NEEDS)),
               "fingerprint": _fingerprint(requirements, python)}
-    if from_index or remove or from_source:
+    if from_index or remove or from_source or overrides:
         wanted["recipe"] = {"from_index": list(from_index), "remove": list(remove), "from_source": list(from_source),
-                            "build_env": dict(build_env)}
+                            "build_env": dict(build_env), "overrides": list(overrides)}
     uv, uv_env = uv_binary(), uv_process_env()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
@@ -119,8 +122,13 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
             if fresh:
                 marker.unlink(missing_ok=True)
                 _run_logged([uv, "venv", "--quiet", "--clear", "--python", python, str(env.path)], log, uv_env)
+            override_args = []
+            if overrides:  # written after `uv venv --clear`, inside the environment it describes
+                (env.path / OVERRIDES).write_text("".join(f"{line}\n" for line in overrides), encoding="utf-8")
+                override_args = ["--override", str(env.path / OVERRIDES)]
             if fresh or "recipe" not in wanted:  # a recipe's result would not pass a second audit of the pins
-                _run_logged([uv, "pip", "install", "--python", str(env.python), *wanted["requirements"]], log, uv_env)
+                _run_logged([uv, "pip", "install", "--python", str(env.python), *override_args,
+                             *wanted["requirements"]], log, uv_env)
             if fresh and from_index:
                 names = [arg for pin in from_index for arg in ("--reinstall-package", pin.split("==")[0])]
                 _run_logged([uv, "pip", "install", "--python", str(env.python), *names, *from_index], log,

@@ -21,6 +21,7 @@ from harness.envs import cellenv, container, devices, interpreters
 from harness.envs.lifetime import die_with_parent
 from harness.matrix import Cell, Matrix
 from harness.matrix.axes import VLLM_AXES
+from harness.matrix.sources import unreachable_source
 from harness.results.records import (
     CellResult,
     CheckResult,
@@ -172,22 +173,26 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
             else:
                 env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, python,
                                     cell.install.from_index, cell.install.remove, cell.install.from_source,
-                                    cell.install.build_env)
+                                    cell.install.build_env, cell.install.overrides())
                 lock = cellenv.freeze(env)
             write_text_atomic(cell_dir / "lock.txt", lock)
             break
         except cellenv.SetupFailed as exc:
             failure = "test" if any(word in str(exc) for word in UNRESOLVABLE) else "infra"
-            attempts.append({"status": Status.ERROR.value, "failure_class": failure, "reason": str(exc)[-1500:]})
+            # a git source this runner cannot reach: a finding about the runner, not the stack
+            unreachable = unreachable_source(cell.requirements, str(exc))
+            reason = unreachable or str(exc)[-1500:]  # the whole of uv's answer stays in the setup log
+            attempts.append({"status": Status.ERROR.value, "failure_class": failure, "reason": reason})
             env = None
-            if failure == "test":
-                break  # the pins conflict: trying again cannot help
+            if failure == "test" or unreachable:
+                break  # the pins conflict, or the source is out of reach: trying again cannot help
     result.phases["environment"] = round(time.perf_counter() - phase, 3)
     if env is None:
         what = "the pins cannot be installed together" if failure == "test" else "environment setup failed"
+        reason = attempts[-1]["reason"]  # a runner limit (unreachable_source) says so itself
+        message = reason if reason.startswith("not installable on this runner") else f"{what}: {reason}"
         result.checks = combine_checks(wanted, kept, lambda name: CheckResult(
-            name, Status.ERROR, f"{what}: {attempts[-1]['reason']}", log=result.setup_log, failure_class=failure,
-            attempts=attempts[:-1]))
+            name, Status.ERROR, message, log=result.setup_log, failure_class=failure, attempts=attempts[:-1]))
     else:
         result.lock = str(rel / "lock.txt")
         # The check server imports while the environment is captured: the two overlap.

@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from . import sources
+
 # axis -> distribution name on the package index. Values of these axes are exact versions.
 PACKAGE_AXES: dict[str, str] = {
     "torch": "torch",
@@ -78,7 +80,7 @@ def cell_id(axes: dict[str, str], qualified: bool = False) -> str:
     `qualified` (for images whose readable form collides with another's: same name and tag from another
     registry, or another digest) adds a short hash of the full image reference."""
     parts = [axes["backend"], axes["model"]]
-    parts += [f"{prefix}{axes[axis]}" for axis, prefix in ID_PREFIX.items() if axis in axes]
+    parts += [f"{prefix}{_id_value(axes[axis])}" for axis, prefix in ID_PREFIX.items() if axis in axes]
     if axes.get("device", "cpu") != "cpu":
         parts.append(axes["device"])
     if axes.get("mode", "sync") != "sync":  # sync cells keep their ids
@@ -89,6 +91,10 @@ def cell_id(axes: dict[str, str], qualified: bool = False) -> str:
     return "-".join(parts)
 
 
+def _id_value(value: str) -> str:
+    return sources.parse(value).id_part if sources.is_source(value) else value
+
+
 def requirements(axes: dict[str, str]) -> list[str]:
-    """The cell's exact pins as requirement strings (never passed through a shell)."""
-    return [f"{dist}=={axes[axis]}" for axis, dist in PACKAGE_AXES.items() if axis in axes]
+    """The cell's exact pins (or validated git sources) as requirement strings (never passed through a shell)."""
+    return [sources.requirement(dist, axes[axis]) for axis, dist in PACKAGE_AXES.items() if axis in axes]

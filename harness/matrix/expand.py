@@ -21,7 +21,7 @@ from harness.checks import CHECKS
 from harness.errors import InputError
 
 from . import axes as ax
-from . import derived, symbols
+from . import derived, sources, symbols
 from .recipe import InstallRecipe, RecipeError
 from .recipe import parse as parse_recipe
 from .rules import KnownFailure, Note, RuleError, Selector, TagRule
@@ -61,8 +61,9 @@ class Cell:
         return image + self.install.install_order(self.requirements, self.python)
 
     def pinned_releases(self) -> dict[str, str]:
-        """Distribution -> exact version of everything this cell pins (axes and extra pins)."""
-        pins = {dist: self.axes[axis] for axis, dist in ax.PACKAGE_AXES.items() if axis in self.axes}
+        """Distribution -> exact version of every release this cell pins (axes and extra pins)."""
+        pins = {dist: self.axes[axis] for axis, dist in ax.PACKAGE_AXES.items()
+                if axis in self.axes and not sources.is_source(self.axes[axis])}  # a git source is no release
         for value in self.extra_requirements:
             req = Requirement(value)  # validated as an exact pin when the matrix was loaded
             pins[req.name] = next(iter(req.specifier)).version
@@ -159,6 +160,12 @@ class _Loader:
         if axis in ax.PACKAGE_AXES:
             values = [v for value in values for v in (symbols.expand(value) or [value])]
             for value in values:
+                if axis in sources.SOURCE_AXES and sources.is_source(value):
+                    try:
+                        sources.parse(value)
+                    except sources.SourceError as exc:
+                        raise self.error(where, str(exc)) from None
+                    continue
                 if derived.source_axis(value) is not None:
                     if not derived.is_valid(value) or where == "axes" or where.startswith("axes."):
                         raise self.error(where, f"{value!r}: expected as-pinned-by-AXIS in an [[include]], AXIS "

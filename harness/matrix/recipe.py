@@ -12,6 +12,10 @@ may hold a local torch build, are not used for them). remove: distributions unin
 from_source: exact pins built from their source release, with `build_env` (variable names and
 values, e.g. vllm-ascend's matching vLLM: from_source = ["vllm==0.18.0"],
 build_env = { VLLM_TARGET_DEVICE = "empty" }). Steps run in that order: from_index, from_source, remove.
+exclude: distributions left out of the pins' resolution, for requirements only GPU clusters need
+(Megatron-Bridge 0.6.2 pulls nvidia-resiliency-ext through megatron-core[dev], whose wheels need a newer
+glibc than CPU runners have): the pins are installed with uv's `--override`, one line per name with a
+marker that is never true (NEVER), so the resolver drops the requirement wherever it is declared.
 """
 from __future__ import annotations
 
@@ -21,7 +25,9 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-KEYS = ("from_index", "from_source", "build_env", "remove")
+KEYS = ("from_index", "from_source", "build_env", "remove", "exclude")
+NAME_KEYS = ("remove", "exclude")
+NEVER = 'python_version < "0"'  # the marker of an excluded requirement: true for no interpreter
 PIN_KEYS = ("from_index", "from_source")
 _VARIABLE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 _VALUE = re.compile(r"^[A-Za-z0-9_.,:=/+-]{0,200}$")  # plain words: nothing a shell would read
@@ -38,9 +44,14 @@ class InstallRecipe:
     remove: tuple[str, ...] = ()
     from_source: tuple[str, ...] = ()
     build_env: tuple[tuple[str, str], ...] = ()
+    exclude: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.from_index or self.remove or self.from_source)
+        return bool(self.from_index or self.remove or self.from_source or self.exclude)
+
+    def overrides(self) -> list[str]:
+        """The lines of the override file that leaves `exclude` out of the resolution."""
+        return [f"{name}; {NEVER}" for name in self.exclude]
 
     def pins(self) -> dict[str, str]:
         """Distribution -> exact version of the recipe's pins (checked on the index like the axes)."""
@@ -49,14 +60,18 @@ class InstallRecipe:
 
     def to_dict(self) -> dict:
         return {"from_index": list(self.from_index), "from_source": list(self.from_source),
-                "build_env": dict(self.build_env), "remove": list(self.remove)}
+                "build_env": dict(self.build_env), "remove": list(self.remove), "exclude": list(self.exclude)}
 
     def install_order(self, requirements: list[str], python: str | None = None) -> list[str]:
         """The commands that install a cell, in order, as the harness runs them (harness/envs/cellenv.py):
         what a user copies to install the row by hand. Every word was validated when the matrix was loaded
         (exact pins, distribution names, plain build variables)."""
         steps = [f"uv venv --python {python}"] if python else []
-        steps.append("uv pip install " + " ".join(requirements))
+        if self.exclude:
+            steps.append(f"uv pip install --override overrides.txt {' '.join(requirements)} (overrides.txt: "
+                         f"{', '.join(self.overrides())}: left out of the resolution)")
+        else:
+            steps.append("uv pip install " + " ".join(requirements))
         if self.from_index:
             names = " ".join(f"--reinstall-package {Requirement(p).name}" for p in self.from_index)
             steps.append(f"uv pip install {names} {' '.join(self.from_index)} (from the package index alone)")
@@ -82,9 +97,10 @@ def parse(table: Any, where: str) -> InstallRecipe:
     for key in PIN_KEYS:
         for value in table.get(key, []):
             _exact_pin(value, f"{where}.{key}")
-    bad = [v for v in table.get("remove", []) if not _NAME.match(v)]
-    if bad:
-        raise RecipeError(f"{where}.remove: {bad[0]!r} is not a distribution name")
+    for key in NAME_KEYS:
+        bad = [v for v in table.get(key, []) if not _NAME.match(v)]
+        if bad:
+            raise RecipeError(f"{where}.{key}: {bad[0]!r} is not a distribution name")
     build_env = table.get("build_env", {})
     if not isinstance(build_env, dict):
         raise RecipeError(f"{where}.build_env: expected a table of VARIABLE = \"value\"")
@@ -94,7 +110,8 @@ def parse(table: Any, where: str) -> InstallRecipe:
     if build_env and not table.get("from_source"):
         raise RecipeError(f"{where}.build_env: applies only to from_source, which is empty")
     return InstallRecipe(tuple(table.get("from_index", [])), tuple(table.get("remove", [])),
-                         tuple(table.get("from_source", [])), tuple(sorted(build_env.items())))
+                         tuple(table.get("from_source", [])), tuple(sorted(build_env.items())),
+                         tuple(table.get("exclude", [])))
 
 
 def _exact_pin(value: str, where: str) -> None:

@@ -15,6 +15,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from . import symbols
 from .axes import ALL_AXES, CHOICE_AXES, VERSION_AXES
+from .sources import is_source
 
 ABSENT = "absent"  # a package axis the cell does not have
 
@@ -65,7 +66,9 @@ class Selector:
 
     def matches(self, axes: dict[str, str]) -> bool:
         for axis, spec in self.specifiers:
-            if axis not in axes or not spec.contains(symbols.comparable(axes[axis]), prereleases=True):
+            # a git source (sources.py) has no version: no version specifier matches it
+            if axis not in axes or is_source(axes[axis]) or not spec.contains(symbols.comparable(axes[axis]),
+                                                                              prereleases=True):
                 return False
         if any(axes.get(axis) != value for axis, value in self.named):
             return False

@@ -207,7 +207,9 @@ class _StandIn:
     """Stands for a GatedDeltaNet instance: no weights, sizes of 1, no sequence parallelism."""
 
     sp_size = cp_size = tp_size = 1
-    config = SimpleNamespace(sequence_parallel=False, deterministic_mode=False)
+
+    def __init__(self, deterministic: bool = False):
+        self.config = SimpleNamespace(sequence_parallel=False, deterministic_mode=deterministic)
 
     def __getattr__(self, name: str):
         return _AnySize(name)
@@ -219,6 +221,8 @@ def gdn_refuses_packed() -> tuple[bool | None, str]:
     Its forward runs on a stand-in (no weights) with packed-sequence parameters: 0.16/0.17 raise
     NotImplementedError("GDN does not support packed sequence ...") up front; a release that
     accepts THD goes on into its packed path and calls the layer's own methods, which stops it.
+    The answer is megatron-core's default mode (FLA's kernels); where its deterministic_mode (the
+    pure-torch rule, what runs without flash-linear-attention) refuses packed input, the evidence says so.
     """
     try:
         from megatron.core.ssm.gated_delta_net import GatedDeltaNet
@@ -230,8 +234,24 @@ def gdn_refuses_packed() -> tuple[bool | None, str]:
     packed = PackedSeqParams(qkv_format="thd", cu_seqlens_q=torch.tensor([0, 2, 4], dtype=torch.int32),
                              cu_seqlens_kv=torch.tensor([0, 2, 4], dtype=torch.int32), max_seqlen_q=2,
                              max_seqlen_kv=2)
+    refuses, evidence = _ask(GatedDeltaNet, packed, deterministic=False)
+    if refuses is False:
+        strict, why = _ask(GatedDeltaNet, packed, deterministic=True)
+        if strict:
+            evidence += (f"; in deterministic_mode it refuses ({why}): packed batches need flash-linear-attention's "
+                         "kernels with deterministic_mode off")
+    return refuses, evidence
+
+
+def _ask(layer_class, packed, deterministic: bool) -> tuple[bool | None, str]:
+    import torch
+
     try:
-        GatedDeltaNet.forward(_StandIn(), torch.zeros(4, 1, 8), None, packed_seq_params=packed)
+        layer_class.forward(_StandIn(deterministic), torch.zeros(4, 1, 8), None, packed_seq_params=packed)
+    except AssertionError as exc:
+        if deterministic and "deterministic" in str(exc).lower():
+            return True, f"GatedDeltaNet.forward raises AssertionError: {exc}"
+        return None, f"GatedDeltaNet.forward on the probe stopped with AssertionError: {exc}"
     except NotImplementedError as exc:
         if "packed" in str(exc).lower():
             return True, f"GatedDeltaNet.forward raises NotImplementedError: {exc}"

@@ -1,19 +1,31 @@
 """Does the installed megatron-core's Gated DeltaNet take packed (THD) sequences? Measured, not assumed.
 
 `probe_packed_gdn(layer)` calls one built GatedDeltaNet layer with two sequences packed into one row
-and `PackedSeqParams` (qkv_format "thd", cu_seqlens), and compares each packed sequence's output
-with the same sequence run alone. megatron-core 0.16.1 and 0.17.0 raise NotImplementedError
-("GDN does not support packed sequence for now"); a release that accepts THD must also keep the
-sequences apart (a recurrent layer that ignores the boundaries leaks state from one into the next).
-The result is the evidence behind `use_remove_padding=False`, and what the trainer decides from.
+and `PackedSeqParams` (qkv_format "thd", cu_seqlens), and compares each packed sequence's output with
+the same sequence run alone and with the two run as a right-padded (BSHD) batch, the layout the
+harness trains with. megatron-core 0.16.1 and 0.17.0 raise NotImplementedError ("GDN does not support
+packed sequence for now"); a release that accepts THD must also keep the sequences apart (a recurrent
+layer that ignores the boundaries leaks state from one into the next).
+
+The harness builds the layer with `deterministic_mode` where flash-linear-attention (FLA) is absent (the
+pure-torch gated delta rule), and megatron-core 0.19's packed path refuses that mode ("Packed sequence
+does not support deterministic mode"): a refusal caused by the harness's setting, not megatron-core's
+limit. So where the configured mode refuses, the probe asks again outside deterministic mode, as
+megatron-core runs with FLA, with FLA's two kernels emulated on CPU (fla_standin.py) where FLA is absent;
+the result keeps both answers apart (`deterministic_mode_error` and `accepted`).
 """
 from __future__ import annotations
 
 import torch
 
+from .fla_standin import outside_deterministic_mode
+
 LENGTHS = (5, 7)
 # fp32: the same chunked recurrence over a sequence alone and inside the packed row.
 LEAK_ATOL = 1e-5
+# Packed (FLA path, emulated) against padded (the configured path): the same recurrence in another
+# association order; measured 4e-7 on megatron-core 0.19.2.
+PADDED_ATOL = 1e-4
 
 
 def gated_delta_net_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -30,9 +42,30 @@ def _packed_params(lengths, device):
                            max_seqlen_q=max(lengths), max_seqlen_kv=max(lengths))
 
 
-def probe_packed_gdn(layer: torch.nn.Module, ignore_boundaries: bool = False) -> dict:
-    """{"accepted": bool, "error": str | None, "max_leak": float | None, "keeps_sequences_apart": bool | None}.
+def _call_packed(layer, packed, params):
+    try:
+        out, _ = layer(packed, attention_mask=None, packed_seq_params=params)
+        return out, None
+    except (NotImplementedError, AssertionError, ValueError, RuntimeError, TypeError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
 
+
+def _padded(layer, alone: list[torch.Tensor]) -> torch.Tensor:
+    """The sequences as one right-padded (S, B, H) batch, outputs on real tokens in packed order."""
+    longest = max(x.shape[0] for x in alone)
+    batch = torch.zeros(longest, len(alone), alone[0].shape[-1], dtype=alone[0].dtype, device=alone[0].device)
+    for row, x in enumerate(alone):
+        batch[: x.shape[0], row] = x[:, 0]
+    out = layer(batch, attention_mask=None)[0]
+    return torch.cat([out[: x.shape[0], row: row + 1] for row, x in enumerate(alone)], dim=0)
+
+
+def probe_packed_gdn(layer: torch.nn.Module, ignore_boundaries: bool = False) -> dict:
+    """{"accepted", "error", "deterministic_mode", "deterministic_mode_error", "emulated_kernels", "max_leak",
+    "max_padded_error", "keeps_sequences_apart", "matches_padded"}.
+
+    accepted/error: megatron-core's own answer (outside deterministic mode where that mode is what refused);
+    deterministic_mode_error: the refusal in the mode the harness configured, when only that mode refuses.
     `ignore_boundaries` (tests only) packs the row but leaves out PackedSeqParams: the forward that
     leaks state across samples, which must be reported as such."""
     hidden = layer.config.hidden_size
@@ -41,15 +74,28 @@ def probe_packed_gdn(layer: torch.nn.Module, ignore_boundaries: bool = False) ->
     alone = [torch.randn(length, 1, hidden, generator=generator).to(device) for length in LENGTHS]
     packed = torch.cat(alone, dim=0)  # (sum of lengths, 1, H): THD as megatron carries it
     params = None if ignore_boundaries else _packed_params(LENGTHS, device)
+    result = {"accepted": False, "error": None, "deterministic_mode": bool(layer.config.deterministic_mode),
+              "deterministic_mode_error": None, "emulated_kernels": [], "max_leak": None, "max_padded_error": None,
+              "keeps_sequences_apart": None, "matches_padded": None}
     with torch.no_grad():
-        try:
-            out, _ = layer(packed, attention_mask=None, packed_seq_params=params)
-        except (NotImplementedError, AssertionError, ValueError, RuntimeError) as exc:
-            return {"accepted": False, "error": f"{type(exc).__name__}: {exc}", "max_leak": None,
-                    "keeps_sequences_apart": None}
-        singles = torch.cat([layer(x, attention_mask=None)[0] for x in alone], dim=0)
-    leak = float((out - singles).abs().max())
-    return {"accepted": True, "error": None, "max_leak": leak, "keeps_sequences_apart": leak <= LEAK_ATOL}
+        out, error = _call_packed(layer, packed, params)
+        if out is not None:
+            singles = torch.cat([layer(x, attention_mask=None)[0] for x in alone], dim=0)
+            padded = _padded(layer, alone)
+        elif result["deterministic_mode"]:  # ask megatron-core itself, without the harness's setting
+            singles = torch.cat([layer(x, attention_mask=None)[0] for x in alone], dim=0)
+            padded = _padded(layer, alone)  # the configured (deterministic) path: what the harness trains
+            with outside_deterministic_mode(layer) as emulated:
+                out, second = _call_packed(layer, packed, params)
+            result["emulated_kernels"] = emulated
+            if out is not None or second != error:
+                result["deterministic_mode_error"] = error
+            error = second
+    if out is None:
+        return {**result, "error": error}
+    leak, padded_error = float((out - singles).abs().max()), float((out - padded).abs().max())
+    return {**result, "accepted": True, "max_leak": leak, "max_padded_error": padded_error,
+            "keeps_sequences_apart": leak <= LEAK_ATOL, "matches_padded": padded_error <= PADDED_ATOL}
 
 
 def packed_refusal(model: torch.nn.Module, megatron_core_version: str) -> str | None:
@@ -58,6 +104,11 @@ def packed_refusal(model: torch.nn.Module, megatron_core_version: str) -> str | 
     if not layers:
         return None
     probe = probe_packed_gdn(layers[0])
+    if probe["deterministic_mode_error"]:  # megatron-core takes THD; the mode chosen here does not
+        return (f"packed (THD) batches refused: with deterministic_mode (set because flash-linear-attention is "
+                f"not installed), megatron-core {megatron_core_version}'s GatedDeltaNet raised "
+                f"{probe['deterministic_mode_error']}; install flash-linear-attention (a GPU runner) or set "
+                f"use_remove_padding=false")
     if not probe["accepted"]:
         return (f"packed (THD) batches refused: megatron-core {megatron_core_version}'s GatedDeltaNet raised "
                 f"{probe['error']} on packed input; set use_remove_padding=false (padded BSHD batches)")

@@ -1,0 +1,78 @@
+"""Axis values that name a source revision instead of a release: `git+https://HOST/OWNER/REPO@REV`.
+
+Some stacks need a package from its repository: verl's Qwen3.5 Megatron path uses mbridge's Qwen3.5
+support, which no release on the package index has yet. A matrix names the revision:
+
+    mbridge = "git+https://github.com/ISEEKYAN/mbridge@9b43cc0d0e220416523a9fe46e9164558870b124"
+
+Only the form above is accepted, on an allowed host, with owner, repository and revision made of
+plain characters (no user, port, query, fragment or option), so nothing else reaches uv. The axes that
+take such a value are listed in SOURCE_AXES; every other package axis stays an exact release.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# axes whose value may be a git source (their distribution is built from the repository at REV)
+SOURCE_AXES = ("mbridge",)
+ALLOWED_HOSTS = ("github.com", "gitlab.com")
+_SOURCE = re.compile(r"^git\+https://(?P<host>[a-z0-9.-]{1,63})/(?P<owner>[A-Za-z0-9][A-Za-z0-9_.-]{0,38})/"
+                     r"(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]{0,99}?)(?:\.git)?@(?P<rev>[A-Za-z0-9][A-Za-z0-9_.-]{0,99})$")
+PREFIX = "git+"
+
+
+class SourceError(ValueError):
+    """The value looks like a source but is not of the allowed form; the message says what was expected."""
+
+
+@dataclass(frozen=True)
+class GitSource:
+    host: str
+    owner: str
+    repo: str
+    rev: str
+
+    @property
+    def url(self) -> str:
+        return f"git+https://{self.host}/{self.owner}/{self.repo}@{self.rev}"
+
+    @property
+    def id_part(self) -> str:
+        """How the value appears in a cell id: the revision, shortened like git's abbreviated hashes."""
+        return f"git-{self.rev[:12]}"
+
+
+def is_source(value: str) -> bool:
+    return value.startswith(PREFIX)
+
+
+def parse(value: str) -> GitSource:
+    match = _SOURCE.match(value)
+    if not match:
+        raise SourceError(f"{value!r} is not a git source of the form git+https://github.com/OWNER/REPO@REVISION")
+    if match["host"] not in ALLOWED_HOSTS or ".." in value:
+        raise SourceError(f"{value!r}: host {match['host']!r} is not one of {', '.join(ALLOWED_HOSTS)}")
+    return GitSource(match["host"], match["owner"], match["repo"], match["rev"])
+
+
+def requirement(distribution: str, value: str) -> str:
+    """The requirement uv installs for an axis value: an exact pin, or `name @ git+https://...@REV`."""
+    return f"{distribution} @ {parse(value).url}" if is_source(value) else f"{distribution}=={value}"
+
+
+# uv's words when a git source cannot be fetched: the runner has no route to its host.
+_UNREACHABLE = ("failed to fetch", "git operation failed", "could not resolve host", "dns error",
+                "failed to clone", "name or service not known", "network is unreachable")
+
+
+def unreachable_source(requirements: list[str], log_tail: str) -> str | None:
+    """Where a cell with a git source failed to install because that source cannot be reached from this
+    runner: one line naming the source and what would make it install; else None."""
+    hosts = {m.group(1) for r in requirements if (m := re.search(r"git\+https://([a-z0-9.-]+)/", r))}
+    text = log_tail.lower()
+    if not hosts or not any(word in text for word in _UNREACHABLE) or not any(h in text for h in hosts):
+        return None
+    said = [line.strip() for line in log_tail.splitlines() if any(word in line.lower() for word in _UNREACHABLE)]
+    return (f"not installable on this runner: it cannot reach {', '.join(sorted(hosts))} to fetch the git "
+            f"source (uv: {said[-1][:300]}); a runner with network access to it installs the row")
