@@ -26,6 +26,8 @@ border-radius:3px;color:#fff;text-decoration:none}
 .k-works{background:#dafbe1;color:#116329}.k-patched{background:#ddf4ff;color:#0a3069}
 .k-known{background:#fff8c5;color:#4d2d00}.k-broken{background:#ffebe9;color:#82071e}
 .k-skipped{background:#eaeef2;color:#24292f}
+.k-conflict{background:#fbefff;color:#5a1e78}.k-runner{background:#eaeef2;color:#24292f;font-style:italic}
+.k-standing{background:#dafbe1;color:#116329;font-style:italic}
 table.glance td,table.glance th{padding:1px 3px;border-color:#e4e4e4}
 table.glance th.c{font-weight:normal;font-size:11px;vertical-align:bottom}
 table.glance th.c span{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap}
