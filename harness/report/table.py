@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.checks import CHECKS
 from harness.matrix.axes import VERSION_AXES
-from harness.results.install_verdict import InstallVerdict, of_check
+from harness.results.install_verdict import RUNNER, InstallVerdict, of_check
 from harness.results.records import CellResult, CheckResult, Status, did_not_run
 from harness.trust.repro import command as repro_command
 
@@ -372,7 +372,7 @@ def _is_failing(cell: CellResult, standing: set[tuple[str, str]]) -> bool | None
     if FAILING.isdisjoint(statuses):
         return False
     installs = [of_check(c) for c in cell.checks if c.status is Status.ERROR]
-    if installs and all(v is not None and v.kind == "runner" for v in installs):
+    if installs and all(v is not None and v.kind == RUNNER for v in installs):
         return None
     return True
 

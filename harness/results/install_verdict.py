@@ -92,7 +92,7 @@ def _tag_limit(text: str) -> InstallVerdict | None:
         if not _required_exactly(name, version, text):
             continue
         glibc_here = _GLIBC.match(runner_tag)
-        here = f" ({runner_tag}" + (f": glibc {glibc_here.group(1)}.{glibc_here.group(2)})" if glibc_here else ")") \
+        here = f" ({runner_tag}" + (f", glibc {glibc_here.group(1)}.{glibc_here.group(2)})" if glibc_here else ")") \
             if runner_tag else ""
         reason = f"{_base(name)} {version} has no wheel for this runner's {tag} tag{here}"
         remedy = ""
@@ -101,8 +101,8 @@ def _tag_limit(text: str) -> InstallVerdict | None:
                 tags = [t.strip(" `") for t in platforms.split(",")]
                 remedy = f"installs where its wheels do: {', '.join(tags)}"
                 glibc = sorted({(int(a), int(b)) for a, b in _GLIBC.findall(platforms)})
-                if glibc:
-                    remedy = f"installs on a runner with glibc {glibc[0][0]}.{glibc[0][1]} or newer ({', '.join(tags)})"
+                if glibc:  # the architectures are the runner's business; the glibc floor is the news
+                    remedy = f"installs on a runner with glibc {glibc[0][0]}.{glibc[0][1]} or newer"
         for python, abi, hint_name, hint_version in _ABI_HINT.findall(text):
             if tag != "platform" and _base(hint_name) == _base(name) and hint_version == version:
                 remedy = f"no {abi} ({python}) wheel: installs on a runner with the Python its wheels are built for"
