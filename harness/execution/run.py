@@ -22,6 +22,7 @@ from harness.envs.lifetime import die_with_parent
 from harness.matrix import Cell, Matrix
 from harness.matrix.axes import VLLM_AXES
 from harness.matrix.sources import unreachable_source
+from harness.results import install_verdict
 from harness.results.records import (
     CellResult,
     CheckResult,
@@ -30,6 +31,7 @@ from harness.results.records import (
     classify,
     clear_known_failure,
     combine_checks,
+    did_not_run,
     expired_note,
     kept_results,
     load_cell,
@@ -44,9 +46,6 @@ from .forkclient import CheckProcesses
 from .jobs import Budget, cell_cost, start_order
 from .progress import Progress
 from .reuse import CellReuse, ReuseIndex, context, harness_revision
-
-# uv's words when the pins cannot be installed together: a finding about the stack, not infra.
-UNRESOLVABLE = ("No solution found", "unsatisfiable")
 
 
 @dataclass
@@ -71,6 +70,17 @@ class RunOptions:
     prepare: Callable[[Cell, Path], tuple[cellenv.CellEnv, str]] | None = field(default=None, repr=False,
                                                                                compare=False)
 
+
+
+def _git_source_unreachable(requirements: list[str], output: str) -> install_verdict.InstallVerdict | None:
+    """A row's git source (mbridge @ git+https://...) that this runner cannot reach: named as such, before the
+    generic reading of uv's output would call it a failed build."""
+    found = unreachable_source(requirements, output)
+    if found is None:
+        return None
+    reason, _, remedy = found.removeprefix(install_verdict.LABELS[install_verdict.RUNNER] + ": ").rpartition("; ")
+    evidence = output[-install_verdict.RESOLVER_LIMIT:]
+    return install_verdict.InstallVerdict(install_verdict.RUNNER, reason, remedy, evidence)
 
 def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
     """This cell's earlier result file, if readable and made with the same pins."""
@@ -112,6 +122,8 @@ def apply_known_failures(result: CheckResult, cell: Cell, today: dt.date | None 
     Starts from the check's own result, so that applied again to a reused result it follows the
     matrix as it is now (an entry deleted or expired since no longer counts)."""
     result = clear_known_failure(result)
+    if did_not_run(result):  # nothing to apply, and no "stale": a check that did not run cannot have stopped failing
+        return result
     for known in cell.known_failures:
         if known.check != result.check:
             continue
@@ -164,7 +176,7 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
         result.checks = combine_checks(wanted, kept, lambda name: CheckResult(
             name, Status.SKIP, reason, failure_class="infra"))
         return _finish(result, cell, opts, start)
-    env, attempts, failure = None, [], "infra"
+    env, attempts, verdict = None, [], None
     phase = time.perf_counter()
     for _ in range(opts.retries + 1):
         try:
@@ -178,21 +190,17 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
             write_text_atomic(cell_dir / "lock.txt", lock)
             break
         except cellenv.SetupFailed as exc:
-            failure = "test" if any(word in str(exc) for word in UNRESOLVABLE) else "infra"
-            # a git source this runner cannot reach: a finding about the runner, not the stack
-            unreachable = unreachable_source(cell.requirements, str(exc))
-            reason = unreachable or str(exc)[-1500:]  # the whole of uv's answer stays in the setup log
-            attempts.append({"status": Status.ERROR.value, "failure_class": failure, "reason": reason})
+            # The resolver's words say whose the failure is: the pins' (conflict), the runner's (wheel tags,
+            # a source build, a source it cannot reach), or neither (a network blip: infra, tried again).
+            verdict = _git_source_unreachable(cell.requirements, str(exc)) or install_verdict.classify(str(exc))
+            failure = verdict.failure_class if verdict else "infra"
+            attempts.append({"status": Status.ERROR.value, "failure_class": failure, "reason": str(exc)[-1500:]})
             env = None
-            if failure == "test" or unreachable:
-                break  # the pins conflict, or the source is out of reach: trying again cannot help
+            if verdict is not None:
+                break  # trying again on this runner cannot help
     result.phases["environment"] = round(time.perf_counter() - phase, 3)
     if env is None:
-        what = "the pins cannot be installed together" if failure == "test" else "environment setup failed"
-        reason = attempts[-1]["reason"]  # a runner limit (unreachable_source) says so itself
-        message = reason if reason.startswith("not installable on this runner") else f"{what}: {reason}"
-        result.checks = combine_checks(wanted, kept, lambda name: CheckResult(
-            name, Status.ERROR, message, log=result.setup_log, failure_class=failure, attempts=attempts[:-1]))
+        result.checks = combine_checks(wanted, kept, lambda name: _not_installed(name, verdict, attempts, result))
     else:
         result.lock = str(rel / "lock.txt")
         # The check server imports while the environment is captured: the two overlap.
@@ -224,6 +232,17 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
         finally:
             processes.close()
     return _finish(result, cell, opts, start)
+
+
+def _not_installed(name: str, verdict: install_verdict.InstallVerdict | None, attempts: list[dict],
+                   result: CellResult) -> CheckResult:
+    """A check that did not run because the cell's environment could not be installed: its install verdict
+    (in the message, the failure class and metrics["install"]), or an infra failure with the log's tail."""
+    if verdict is None:
+        return CheckResult(name, Status.ERROR, f"environment setup failed: {attempts[-1]['reason']}",
+                           log=result.setup_log, failure_class="infra", attempts=attempts[:-1])
+    return CheckResult(name, Status.ERROR, verdict.text(), log=result.setup_log, failure_class=verdict.failure_class,
+                       metrics={"install": verdict.to_dict()}, attempts=attempts[:-1])
 
 
 def _cell_reuse(cell: Cell, env: cellenv.CellEnv, opts: RunOptions, capture: dict) -> CellReuse | None:

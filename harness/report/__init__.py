@@ -23,6 +23,7 @@ from harness.errors import InputError, ResultsError
 from harness.results.records import CellResult, load_cell, write_text_atomic
 
 from . import added_rows, history
+from .findings import finding_json
 from .gcpause import gc_paused
 from .html import to_html
 from .jsontext import json_text
@@ -129,6 +130,12 @@ def _entry_json(column: int, entry) -> dict[str, Any]:
         data["attempts"] = entry.attempts
     if entry.reused:
         data["reused_from"] = entry.reused[0]
+    if entry.install is not None:
+        verdict = entry.install
+        data["install"] = {"verdict": verdict.kind, "label": verdict.label, "reason": clean_text(verdict.reason, 400),
+                           "remedy": clean_text(verdict.remedy, 400)}
+    if entry.standing:
+        data["standing"] = True
     return data
 
 
@@ -137,7 +144,8 @@ def to_json(report: Report) -> dict[str, Any]:
 
     Each row's entries carry column (an index into columns), cell_id, status, message, duration, log and
     lock (null when absent or unsafe); verdicts, rejected_links, known_failure, original_status, emulated,
-    plot and reused_from (the cell a reused result came from) appear only when set.
+    plot, reused_from (the cell a reused result came from), install (its cell could not be installed: verdict,
+    label, reason, remedy) and standing (its failures are standing findings) appear only when set.
     """
     with gc_paused():
         return _to_json(report)
@@ -163,6 +171,8 @@ def _to_json(report: Report) -> dict[str, Any]:
         "problems": list(report.problems),
         "changes": report.changes,
         "last_known_good": list(report.last_known_good),
+        "standing_findings": [finding_json(f, clean_text) for f in report.standing],
+        "not_installed": dict(report.not_installed),
     }
 
 

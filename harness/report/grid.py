@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import table
-from .findings import install_reason, is_install_failure
+from .evidence import install_reason, is_install_failure
 from .support import RowVerdict, row_verdict, row_verdicts, varying_axes
 from .table import ABSENT, BACKEND_ORDER, FAILING, MODEL_ORDER, STATUS_VALUES, Entry, Report, Row
 

@@ -25,7 +25,18 @@ from .pins import known_good_stacks
 from .plot import PLOT_CSS, PLOT_LEGEND
 from .plotshare import SharedPlots
 from .support import KIND_LABELS, STATUS_LETTERS, RowVerdict, row_verdicts
-from .table import ABSENT, EMULATED_MARK, EMULATED_NOTE, PASS_RANGE_RULE, STATUS_VALUES, Entry, Report, entry_extras
+from .table import (
+    ABSENT,
+    EMULATED_MARK,
+    EMULATED_NOTE,
+    PASS_RANGE_RULE,
+    STATUS_VALUES,
+    Entry,
+    Report,
+    clean_text,
+    entry_extras,
+    safe_url,
+)
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 CSS = """
@@ -80,7 +91,8 @@ def _cell_heading(column_group: str, entry: Entry, esc: Escaper, install: str | 
     lock = f' <a href="{href(entry.lock)}">lock</a>' if entry.lock else ""
     return (f'<tr class="cell"><th colspan="2" scope="rowgroup">{column_group}: cell {esc[entry.cell_id]}{lock}'
             f' <a class="back" href="#{line}">back to the grid</a>'
-            f"{install_html(install, esc) if install else ''}</th></tr>")
+            f"{install_html(install, esc, entry.install.resolver if entry.install else '') if install else ''}"
+            "</th></tr>")
 
 
 def _rare_head(entry: Entry) -> str:
@@ -109,8 +121,10 @@ def _rare_tail(entry: Entry, esc: Escaper) -> str:
     html = "".join([f'<div class="ex">{escape_html(extra)}</div>' for extra in entry_extras(entry)])
     if entry.known_failure:
         kf = entry.known_failure
-        html += ('<div class="kf">known failure: ' + esc[kf.get("reason", "")]
-                 + (f" <code>{esc[kf['link']]}</code>" if kf.get("link") else "")
+        link = kf.get("link")
+        shown = "" if not link else f' <a href="{escape_html(link)}">{esc[link]}</a>' if safe_url(link) else \
+            f" <code>{esc[link]}</code>"
+        html += ('<div class="kf">known failure: ' + esc[kf.get("reason", "")] + shown
                  + (f", expires {esc[kf['expires']]}" if kf.get("expires") else "") + "</div>")
     return html
 
@@ -135,6 +149,30 @@ def _entry(entry: Entry, plot_id: str | None, esc: Escaper, install: str | None 
     return f"{_OPEN[entry.status]}{head}{log}{middle}{message}{tail}</td>"
 
 
+def _not_installed_and_standing(report: Report) -> list[str]:
+    """The checks that did not run because their cell could not be installed, and each standing finding once,
+    with its cases side by side."""
+    e = escape_html
+    out = []
+    if report.not_installed:
+        out.append("<p><strong>Not run, their cell could not be installed:</strong> " + _DOT.join(
+            f"{e(label)}: {count}" for label, count in sorted(report.not_installed.items())) + "</p>")
+    if report.standing:
+        out.append('<h2 id="standing">Standing findings</h2><p>The same result in every cell that runs the check, '
+                   "so no row's own: stated once here, not as a broken row, and not blamed on any version.</p>")
+    for finding in report.standing:
+        out.append(f"<h3>{e(f'{finding.backend} · {finding.model} · {finding.label}')}: {e(finding.status)} in all "
+                   f"{len(finding.cells)} cells that ran it</h3><p>{e(clean_text(finding.message, 1000))}</p>")
+        if finding.evidence:
+            sides = [k for k in finding.evidence[0] if k != "case"]
+            out.append("<table><thead><tr>" + "".join(f'<th scope="col">{e(k)}</th>' for k in ["case", *sides])
+                       + "</tr></thead><tbody>" + "".join(
+                           "<tr>" + "".join(f"<td><pre>{e(str(case.get(k, ''))[:600])}</pre></td>" for k in
+                                            ["case", *sides]) + "</tr>" for case in finding.evidence)
+                       + "</tbody></table>")
+    return out
+
+
 def _preamble(report: Report, verdicts: list[RowVerdict]) -> list[str]:
     """The first screen (title, counts, legend line, compact table), then the rest of the summary."""
     e = escape_html
@@ -146,7 +184,8 @@ def _preamble(report: Report, verdicts: list[RowVerdict]) -> list[str]:
            f"<h1>{e(report.title)}</h1>", *_first_bad(report), *glance_html(report, verdicts),
            f"<p>{e(report.description)}</p>",
            "<p><strong>Summary (checks):</strong> " + _DOT.join(
-               f"{_STATUS[Status(name)]}: {count}" for name, count in report.summary.items()) + "</p>"]
+               f"{_STATUS[Status(name)]}: {count}" for name, count in report.summary.items()) + "</p>",
+           *_not_installed_and_standing(report)]
     if report.changes is not None:
         out.append("<h2>Changes since the previous run</h2><p>" + _DOT.join(
             f"{e(kind)}: {count}" for kind, count in sorted(report.changes.items()))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from harness.results.records import Status
 
-from .findings import Finding, install_reason, is_install_failure
+from .evidence import Finding, install_reason, is_install_failure
 from .htmltext import Escaper, ascii_html
 from .table import EMULATED_MARK, FAILING, Entry
 
@@ -63,7 +63,12 @@ def shared_install_failure(entries: list[Entry]) -> str | None:
     return None
 
 
-def install_html(message: str, esc: Escaper) -> str:
-    """Said once under the cell's heading: the resolver's reason, the whole message behind it."""
-    return (f'<div class="inst"><strong>{esc[install_reason(message)]}</strong>'
-            f'<details class="sub"><summary>the whole message</summary>{esc[message]}</details></div>')
+def install_html(message: str, esc: Escaper, resolver: str = "") -> str:
+    """Said once under the cell's heading: the reason in one line; behind it the resolver's own output (the
+    install verdict's evidence), or the whole message where it says more than the reason."""
+    reason = install_reason(message)
+    whole = resolver or (message if message != reason else "")
+    fold = (f'<details class="sub"><summary>the resolver\'s output</summary>{esc[whole]}</details>' if whole
+            else "")
+    return f'<div class="inst"><strong>{esc[reason]}</strong>{fold}</div>'
+

@@ -1,7 +1,11 @@
 """JUnit XML of a Report, for CI test reporters: one testsuite per cell, one testcase per check.
 
 fail, error, crash and timeout become <failure> (type = the status, message = the check's message); skip
-and xfail become <skipped> (an xfail names its known failure). pass and affected are plain testcases:
+and xfail become <skipped> (an xfail names its known failure), and so does a check whose cell could not be
+installed (message = its install verdict: "cannot be installed together: ..." or "not installable on this
+runner: ..."): it did not run, so it neither passes nor fails, and a runner limit never fails a pull request.
+A failure that is a standing finding (the same in every row) stays a <failure>, its message saying so.
+pass and affected are plain testcases:
 `affected` is evidence of an upstream bug, not a failure of the trainer. Every case but a plain pass has its
 message, sub-verdicts, log and lock in <system-out>. Every text goes through XML escaping;
 table.clean_text has already removed the control characters XML 1.0 cannot carry.
@@ -42,9 +46,12 @@ def _testcase(entry: Entry, head: str, quoted: _Quoted) -> str:
     status = entry.status
     value = STATUS_VALUES[status]
     body = ""
-    if status in FAILING:
+    if entry.install is not None:
+        body = f"<skipped message={quoted[entry.message]}/>"
+    elif status in FAILING:
         detail = _xml_text(f"repro: {entry.repro}") if entry.repro else ""
-        body = f"<failure type=\"{value}\" message={quoted[entry.message]}>{detail}</failure>"
+        message = f"standing finding, the same in every row: {entry.message}" if entry.standing else entry.message
+        body = f"<failure type=\"{value}\" message={quoted[message]}>{detail}</failure>"
     elif status in _SKIPPED:
         kf = entry.known_failure
         message = quoted[f"known failure: {kf.get('reason', '')} ({kf.get('link', '')}, expires "
@@ -82,8 +89,8 @@ def to_junit(report: Report) -> str:
             if status is _PASS and not entry.verdicts:  # most entries: the case is its name and time
                 body.append(f"{head}{quoted[check]} time=\"{entry.duration:.3f}\"></testcase>")
                 continue
-            failures += status in FAILING
-            skipped += status in _SKIPPED
+            failures += status in FAILING and entry.install is None
+            skipped += status in _SKIPPED or entry.install is not None
             body.append(_testcase(entry, head + quoted[check], quoted))
         seconds = sum([entry.duration for _, entry in cases])
         totals["tests"] += len(cases)

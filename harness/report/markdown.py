@@ -26,7 +26,9 @@ from .table import (
     Entry,
     Report,
     Row,
+    clean_text,
     entry_extras,
+    safe_url,
 )
 
 _ESCAPES = str.maketrans({
@@ -70,8 +72,9 @@ def entry_text(entry: Entry, emulated_mark: str = EMULATED_MARK) -> str:
     parts += [f"— {md_text(extra)}" for extra in entry_extras(entry)]
     if entry.known_failure:
         kf = entry.known_failure
-        parts.append("— known failure: " + md_text(kf.get("reason", ""))
-                     + (f" ({md_text(kf['link'])})" if kf.get("link") else "")
+        link = kf.get("link")
+        shown = f"[{md_text(link)}]({link})" if safe_url(link) else md_text(link or "")
+        parts.append("— known failure: " + md_text(kf.get("reason", "")) + (f" ({shown})" if link else "")
                      + (f", expires {md_text(kf['expires'])}" if kf.get("expires") else ""))
     return " ".join(parts)
 
@@ -157,6 +160,10 @@ def _middle(report: Report) -> list[str]:
     """What follows the compact table: counts per status, changes, legend, ranges, last known good."""
     summary = " · ".join(f"{STATUS_SYMBOLS[Status(name)]} {name}: {count}" for name, count in report.summary.items())
     lines = ["", report.description, "", f"**Summary (checks):** {summary}"]
+    if report.not_installed:
+        lines += ["", "**Not run, their cell could not be installed:** " + " · ".join(
+            f"{md_text(label)}: {count}" for label, count in sorted(report.not_installed.items()))]
+    lines += standing_lines(report)
     if report.changes is not None:
         lines += ["", "## Changes since the previous run", "",
                   " · ".join(f"{md_text(kind)}: {count}" for kind, count in sorted(report.changes.items())),
@@ -171,6 +178,26 @@ def _middle(report: Report) -> list[str]:
         stacks = [stack + (f" — for {', '.join(keys)}" if keys else "")
                   for stack, keys in known_good_stacks(report.last_known_good)]
         lines += ["", "## Last known good", "", *_bullets(stacks)]
+    return lines
+
+
+def standing_lines(report: Report) -> list[str]:
+    """The standing findings, each once, with its cases side by side (a table per finding)."""
+    if not report.standing:
+        return []
+    lines = ["", "## Standing findings", "", "The same result in every cell that runs the check, so no row's own: "
+             "stated once here, not as a broken row, and not blamed on any version in the passing ranges.", ""]
+    for finding in report.standing:
+        where = f"{finding.backend} · {finding.model} · {finding.label}"
+        lines += [f"- **{md_text(where)}** ({finding.status}, in all {len(finding.cells)} cells that ran it): "
+                  + md_text(clean_text(finding.message, 1000))]
+        if finding.evidence:
+            sides = [k for k in finding.evidence[0] if k != "case"]
+            lines += ["", "  | case | " + " | ".join(md_text(s) for s in sides) + " |",
+                      "  |---|" + "---|" * len(sides)]
+            lines += ["  | " + " | ".join(md_text(clean_text(case.get(k, ""), 400)) for k in ["case", *sides]) + " |"
+                      for case in finding.evidence]
+            lines.append("")
     return lines
 
 

@@ -1,9 +1,16 @@
 """The at-a-glance answer: per version combination (a row of the table), one word and one line saying why.
 
-Derived only from the entries' statuses and sub-verdicts, never from check names:
+Derived only from the entries' statuses, sub-verdicts and install verdicts, never from check names:
 
-    broken   a check failed, crashed, timed out or could not run (the first one is the reason)
-    known    a declared known failure (xfail), and nothing worse
+    broken    a check failed, crashed, timed out or could not run on an installed stack (the first one is the
+              reason)
+    conflict  "cannot be installed together": the resolver proves the row's pins contradict each other (the
+              reason names the conflicting requirement); a finding about the stack, no check ran
+    runner    "not installable on this runner": wheel tags, glibc, a source build or a source this runner
+              lacks (the reason says what would make it install); a finding about the runner, no check ran
+    known     a declared known failure (xfail), and nothing worse; the reason quotes the run's own figures
+    standing  every check passed but for standing findings: failures the same in every row that runs the
+              check (Report.standing, shown once with their evidence), so not this row's
     patched  works with the trainer's patches: an upstream bug reproduced (an `affected` status or
              sub-verdict) while the check, and so the trainer's own verdicts, passed
     works    every check that ran passed
@@ -16,15 +23,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.results.install_verdict import CONFLICT, LABELS, RUNNER
 from harness.results.records import Status
 
-from .table import FAILING, STATUS_VALUES, Column, Entry, Report, Row
+from .findings import finding_json
+from .table import FAILING, STATUS_VALUES, Column, Entry, Report, Row, clean_text
 
 SUPPORT_SCHEMA = "qwen35-support-summary"
-SUPPORT_SCHEMA_VERSION = 1
-KINDS = ("works", "patched", "known", "broken", "skipped")
-KIND_LABELS = {"works": "works", "patched": "works with the trainer's patches", "known": "known failure",
-               "broken": "broken", "skipped": "not tested (every check skipped)"}
+SUPPORT_SCHEMA_VERSION = 2  # 2: install and standing kinds, standing_findings
+KINDS = ("works", "patched", "standing", "known", "broken", "conflict", "runner", "skipped")
+KIND_LABELS = {"works": "works", "patched": "works with the trainer's patches",
+               "standing": "works but for a standing finding", "known": "known failure", "broken": "broken",
+               "conflict": LABELS[CONFLICT], "runner": LABELS[RUNNER], "skipped": "not tested (every check skipped)"}
 # One ASCII letter per status: legible in any font, told apart without colour.
 STATUS_LETTERS = {Status.PASS: "P", Status.FAIL: "F", Status.AFFECTED: "A", Status.SKIP: "S", Status.XFAIL: "X",
                   Status.TIMEOUT: "T", Status.CRASH: "C", Status.ERROR: "E"}
@@ -60,14 +70,27 @@ def _patched_reason(column: Column, entry: Entry) -> str:
     return f"{column.label}: {entry.message or 'upstream bug reproduced'}"
 
 
+def _measured(entry: Entry) -> str:
+    """What the run itself measured for a failure: its failing sub-verdicts' messages, else its message."""
+    failing = [f"{v.name}: {v.message}" for v in entry.verdicts if v.status in FAILING and v.message]
+    return "; ".join(failing) or entry.message
+
+
 def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
     """The row's kind and reason (see the module docstring); the first column decides among equals."""
-    failing = known = patched = None
+    failing = known = patched = install = standing = None
     ran = 0
     for index, entry in row.entries.items():
         status = entry.status
+        if entry.install is not None:
+            if install is None or (install[1].install.kind == RUNNER and entry.install.kind == CONFLICT):
+                install = (index, entry)
+            continue
         if status in FAILING:
-            failing = failing or (index, entry)
+            if entry.standing:
+                standing = standing or (index, entry)
+            else:
+                failing = failing or (index, entry)
         elif status is _XFAIL:
             known = known or (index, entry)
         elif status is _AFFECTED or (status is _PASS and entry.verdicts and _affected_names(entry)):
@@ -77,10 +100,20 @@ def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
         index, entry = failing
         return RowVerdict("broken", f"{columns[index].label}: {STATUS_VALUES[entry.status]}"
                           + (f": {entry.message}" if entry.message else ""))
+    if install:  # no check ran on this stack: the resolver's reason is the row's
+        return RowVerdict(install[1].install.kind, install[1].message)
     if known:
         index, entry = known
-        reason = (entry.known_failure or {}).get("reason") or entry.message
-        return RowVerdict("known", f"{columns[index].label}: known failure" + (f": {reason}" if reason else ""))
+        measured = _measured(entry)
+        link = (entry.known_failure or {}).get("link")
+        reason = measured or (entry.known_failure or {}).get("reason", "")
+        return RowVerdict("known", f"{columns[index].label}: known failure" + (f": {reason}" if reason else "")
+                          + (f" ({link})" if link else ""))
+    if standing:
+        index, entry = standing
+        names = sorted({columns[i].check for i, e in row.entries.items() if e.standing})
+        return RowVerdict("standing", f"{ran} checks ran; {_names(names)} differ only by standing findings, the same "
+                                      "in every row (shown once)")
     if patched:
         return RowVerdict("patched", _patched_reason(columns[patched[0]], patched[1]))
     if not ran:
@@ -123,7 +156,10 @@ def support_json(report: Report, verdicts: list[RowVerdict] | None = None) -> di
     {"schema", "schema_version", "title", "constant_axes": {axis: value}, "varying_axes": [axis...],
      "columns": [{"key": "backend/model/check", "backend", "model", "check"}], "counts": {kind: n},
      "combinations": [{"axes": {axis: value} (varying axes, "" when absent), "verdict": kind, "label", "reason",
-     "cells": [cell id...], "checks": {column key: status}}]}
+     "cells": [cell id...], "checks": {column key: status}}],
+     "standing_findings": [{"backend", "model", "check", "verdict", "status", "message", "cells", "evidence"}]}
+    A check whose cell could not be installed has status "cannot be installed together" or "not installable on
+    this runner" in "checks", not "error".
     """
     verdicts = row_verdicts(report) if verdicts is None else verdicts
     varying, constant = varying_axes(report)
@@ -140,6 +176,8 @@ def support_json(report: Report, verdicts: list[RowVerdict] | None = None) -> di
         "combinations": [
             {"axes": {report.axes[p]: row.axes[p] for p in varying}, "verdict": verdict.kind, "label": verdict.label,
              "reason": verdict.reason, "cells": sorted(row.cells),
-             "checks": {labels[i]: STATUS_VALUES[entry.status] for i, entry in row.entries.items()}}
+             "checks": {labels[i]: entry.install.label if entry.install else STATUS_VALUES[entry.status]
+                        for i, entry in row.entries.items()}}
             for row, verdict in zip(report.rows, verdicts)],
+        "standing_findings": [finding_json(f, clean_text) for f in report.standing],
     }

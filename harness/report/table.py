@@ -16,11 +16,13 @@ from packaging.version import InvalidVersion, Version
 
 from harness.checks import CHECKS
 from harness.matrix.axes import VERSION_AXES
-from harness.results.records import CellResult, CheckResult, Status
+from harness.results.install_verdict import RUNNER, InstallVerdict, of_check
+from harness.results.records import CellResult, CheckResult, Status, did_not_run
 from harness.trust.repro import command as repro_command
 
 from . import plot
-from .findings import INSTALL_MESSAGE_LIMIT, findings, is_install_failure
+from .evidence import INSTALL_MESSAGE_LIMIT, findings, is_install_failure
+from .findings import StandingFinding, standing_findings
 from .gcpause import gc_paused
 
 REPORT_SCHEMA_VERSION = 1
@@ -50,7 +52,10 @@ STATUS_MEANINGS = {
 }
 PASS_RANGE_RULE = ("Per package, the versions in which every check passed: the largest set of versions, axis by axis, "
                    "within which every tested combination passes (pass, affected, xfail and skip do not count as "
-                   "failing; fail, error, crash and timeout do). Versions are left out one at a time, the one with "
+                   "failing; fail, error, crash and timeout do, and so do pins that cannot be installed together; "
+                   "a standing finding, the same in every row, is not tied to any version and does not count, and "
+                   "a combination this runner could not install gives no evidence either way). Versions are left "
+                   "out one at a time, the one with "
                    "the largest share of failing combinations first, so a version that fails everywhere (a "
                    "transformers release without Qwen3.5) does not make the other packages look broken. Each "
                    "failing or partly failing version shows how many of its tested combinations pass.")
@@ -101,6 +106,15 @@ def safe_link(path: Any) -> str | None:
     if not parts or "" in parts or ".." in parts:
         return None
     return path
+
+
+# An https URL of plain characters (no quotes, spaces, angle brackets or backslashes): shown as a link.
+_SAFE_URL = re.compile(r"https://[A-Za-z0-9.-]+(?::\d+)?(?:/[A-Za-z0-9._~!$&+,;=:@%/-]*)?(?:#[A-Za-z0-9._~/:-]*)?")
+
+
+def safe_url(link: Any) -> str | None:
+    """`link` if it is a plain https URL (a known failure's link, say), else None (shown as text)."""
+    return link if isinstance(link, str) and len(link) <= 500 and _SAFE_URL.fullmatch(link) else None
 
 
 _VERSION_KEYS: dict[str, tuple] = {}
@@ -173,6 +187,8 @@ class Entry:
     # Set by build_report when nothing but status, message, lock and a log path of plain characters (no
     # escaping anywhere) is set, as for most entries: renderers skip the rest. False is always right, only slower.
     plain: bool = False
+    install: InstallVerdict | None = None  # the check did not run: its cell could not be installed, and why
+    standing: bool = False  # its only failures are standing findings (Report.standing), shown once
 
 
 def reused_mark(cell_id: str) -> tuple[str, str | None]:
@@ -256,6 +272,9 @@ class Report:
     changes: dict[str, int] | None = None  # counts per kind against a previous run, None without one
     last_known_good: list[str] = field(default_factory=list)
     first_bad: list[str] = field(default_factory=list)  # first bad releases found by bisection (trust/first_bad.py)
+    standing: list[StandingFinding] = field(default_factory=list)  # findings the same in every row (findings.py)
+    # Entries whose cell could not be installed, by install verdict label: not in `summary`, since they did not run.
+    not_installed: dict[str, int] = field(default_factory=dict)
 
     @property
     def description(self) -> str:
@@ -303,18 +322,23 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
         emulated = emulated or any(v.emulated for v in verdicts)
         has_curve = has_curve or any("reward_curve" in v.metrics for v in check.verdicts)
     flaky, attempts, original = bool(check.flaky), len(check.attempts), check.original_status
+    install = of_check(check) if check.status is Status.ERROR else None
+    message, failure_class, known = check.message, check.failure_class, check.known_failure
+    if install is not None:  # one line with the resolver's reason; the resolver's output is in the log
+        message, failure_class, known = install.text(), install.failure_class, None
+    elif known and did_not_run(check):  # a check that did not run can neither fail as known nor go stale
+        known = None
     repro = repro_command(cell_id, column.check) if check.status not in _NO_REPRO or flaky else ""
     series = plot.convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None
     rare = (not plain_log or verdicts or rejected or emulated or series or repro or flaky or attempts
-            or original is not None or check.known_failure or check.failure_class or check.reused_from)
-    # An install failure keeps the resolver's reason, which comes after uv's command line.
-    message = clean_text(check.message, INSTALL_MESSAGE_LIMIT) if is_install_failure(check.message) \
-        else messages[check.message]
+            or original is not None or known or failure_class or check.reused_from or install)
+    # An install failure keeps the resolver's reason whole (it is one line, and comes after uv's command).
+    shown = clean_text(message, INSTALL_MESSAGE_LIMIT) if is_install_failure(message) else messages[message]
     return Entry(
-        cell_id, column.check, check.status, message, check.duration, log, lock, rejected,
-        verdicts, emulated, _known_failure(check.known_failure) if check.known_failure else None, original,
-        series, clean_text(check.failure_class, 20) if check.failure_class else None, flaky, attempts, None, repro,
-        reused_mark(check.reused_from) if check.reused_from else None, not rare,
+        cell_id, column.check, check.status, shown, check.duration, log, lock, rejected,
+        verdicts, emulated, _known_failure(known) if known else None, original,
+        series, clean_text(failure_class, 20) if failure_class else None, flaky, attempts, None, repro,
+        reused_mark(check.reused_from) if check.reused_from else None, not rare, install,
     )
 
 
@@ -357,9 +381,18 @@ def _environment(cell: CellResult, cleaned: _Cleaned) -> dict[str, str]:
     return shown
 
 
-def _is_failing(cell: CellResult) -> bool:
+def _is_failing(cell: CellResult, standing: set[tuple[str, str]]) -> bool | None:
+    """True, False, or None for no evidence (its environment is not installable on this runner)."""
     # A cell with no check results gives no evidence of support, so it never counts as passing.
-    return not cell.checks or not FAILING.isdisjoint([c.status for c in cell.checks])
+    if not cell.checks:
+        return True
+    statuses = [c.status for c in cell.checks if (cell.cell_id, c.check) not in standing]
+    if FAILING.isdisjoint(statuses):
+        return False
+    installs = [of_check(c) for c in cell.checks if c.status is Status.ERROR]
+    if installs and all(v is not None and v.kind == RUNNER for v in installs):
+        return None
+    return True
 
 
 def _blamed(combos: list[tuple[tuple, bool]]) -> set[tuple[int, str]]:
@@ -400,15 +433,18 @@ def _blamed(combos: list[tuple[tuple, bool]]) -> set[tuple[int, str]]:
     return blamed
 
 
-def pass_ranges(cells: Iterable[CellResult], axes: Iterable[str] = PACKAGE_AXES) -> list[PassRange]:
-    """Per package axis: the supported versions (see PASS_RANGE_RULE) as runs, with per-version counts."""
+def pass_ranges(cells: Iterable[CellResult], axes: Iterable[str] = PACKAGE_AXES,
+                standing: set[tuple[str, str]] = frozenset()) -> list[PassRange]:
+    """Per package axis: the supported versions (see PASS_RANGE_RULE) as runs, with per-version counts.
+    `standing`: the (cell id, check) entries whose failures are standing findings, which count as passing."""
     axes = list(axes)
     judged: dict[tuple, bool] = {}  # per combination of the axes' values: cells of one row share one
     for cell in cells:
-        if cell.environment.get("preflight") and not _is_failing(cell):
-            continue  # installs, but no check has run: no evidence of support yet
+        failing = _is_failing(cell, standing)
+        if failing is None or (cell.environment.get("preflight") and not failing):
+            continue  # not installable here, or installs with no check run yet: no evidence of support
         key = tuple([cell.axes.get(axis) for axis in axes])
-        judged[key] = judged.get(key, False) or _is_failing(cell)
+        judged[key] = judged.get(key, False) or failing
     combos = list(judged.items())
     blamed = _blamed(combos)
     ranges = []
@@ -471,6 +507,7 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
             chosen[key] = cell
         kept = sorted(chosen.items(), key=lambda kc: kc[1].cell_id)
 
+    findings, standing = standing_findings(kept)
     check_order = tuple(CHECKS)
     names: dict[tuple[str, str], set[str]] = {}
     for (_, backend, model), cell in kept:
@@ -484,6 +521,7 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
 
     rows: dict[tuple, Row] = {}
     counts = dict.fromkeys(Status, 0)
+    not_installed: Counter = Counter()
     has_emulated = False
     # Messages repeat ("Qwen3.5 unavailable in this transformers version" in every cell of that version).
     axis_text, environment_text, messages = _Cleaned(120), _Cleaned(200), _Cleaned(MESSAGE_LIMIT)
@@ -508,7 +546,12 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
             if changes is not None:
                 entry.change = changes.get((cell.cell_id, check.check))
                 entry.plain = entry.plain and not entry.change
-            counts[entry.status] += 1
+            if standing and (cell.cell_id, check.check) in standing:
+                entry.standing, entry.plain = True, False
+            if entry.install is not None:
+                not_installed[entry.install.label] += 1
+            else:
+                counts[entry.status] += 1
             has_emulated = has_emulated or entry.emulated
 
     for row in rows.values():  # in column order once here: the renderers then never sort a row
@@ -527,9 +570,10 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
         change_counts = dict(Counter(e.change or "new entry" for row in row_list for e in row.entries.values()))
     return Report(
         title=clean_text(title or "Qwen3.5 RL-stack compatibility report", 200), axes=axes, columns=columns,
-        rows=row_list, ranges=pass_ranges([cell for _, cell in kept], [a for a in PACKAGE_AXES if a in axes]),
+        rows=row_list, ranges=pass_ranges([cell for _, cell in kept], [a for a in PACKAGE_AXES if a in axes], standing),
         summary={s.value: counts[s] for s in Status},
         notes=[clean_text(n, 1000) for n in notes if str(n).strip()], problems=problems,
         cell_count=len(kept), has_emulated=has_emulated, changes=change_counts,
         last_known_good=[clean_text(line, 400) for line in last_known_good],
+        standing=findings, not_installed=dict(not_installed),
     )

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .install_verdict import of_check
+
 SCHEMA_VERSION = 1
 
 
@@ -46,7 +48,17 @@ class Status(str, enum.Enum):  # noqa: UP042 - StrEnum would change str(Status.X
         return self in (Status.FAIL, Status.TIMEOUT, Status.CRASH, Status.ERROR)
 
 
-FAILURE_CLASSES = ("test", "infra", "timeout", "crash")
+# install-conflict and install-runner: the cell's environment could not be installed (install_verdict.py).
+FAILURE_CLASSES = ("test", "infra", "timeout", "crash", "install-conflict", "install-runner")
+NOT_RUN_CLASSES = frozenset(("infra", "install-conflict", "install-runner"))
+
+
+def did_not_run(result: CheckResult) -> bool:
+    """True for a check that never ran: skipped, or its cell could not be set up. Nothing it says is about the
+    check, so a known failure neither applies to it nor goes stale by it."""
+    if result.status is Status.SKIP:
+        return True
+    return result.status is Status.ERROR and (result.failure_class in NOT_RUN_CLASSES or of_check(result) is not None)
 
 
 def classify(status: Status, infra: bool = False) -> str | None:
@@ -291,11 +303,12 @@ def expire_known_failure(result: CheckResult, today: dt.date | None = None) -> C
 
 def kept_results(earlier: CellResult | None, wanted, redo: bool) -> dict[str, CheckResult]:
     """The earlier results a run keeps, by check: all but the wanted checks that are redone, and
-    the wanted checks that failed for infrastructure reasons (a network or disk problem says
-    nothing about the stack: it is tried again on every run until it gets a real answer)."""
+    the wanted checks that failed for infrastructure reasons or for what the runner lacked (a network or
+    disk problem says nothing about the stack, and a runner may gain what it lacked: it is tried again on
+    every run until it gets a real answer)."""
     kept = {c.check: c for c in (earlier.checks if earlier else [])}
     for name in wanted:
-        if name in kept and (redo or kept[name].failure_class == "infra"):
+        if name in kept and (redo or kept[name].failure_class in ("infra", "install-runner")):
             del kept[name]
     return kept
 

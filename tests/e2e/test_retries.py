@@ -1,6 +1,6 @@
 """Failure classes and retries: a crash that passes on a retry is flaky, never a plain pass;
-an install that cannot reach the index is infra and is retried; pins that conflict are a test
-finding and are not retried."""
+an install that cannot reach the index is infra and is retried; pins that conflict are their own
+class (install-conflict, "cannot be installed together", naming the requirement) and are not retried."""
 import json
 import subprocess
 import sys
@@ -55,11 +55,14 @@ def test_an_unreachable_index_is_infra_retried_with_each_reason(tmp_path, projec
     assert len(check["attempts"]) == 1 and check["attempts"][0]["failure_class"] == "infra"
 
 
-def test_conflicting_pins_are_a_test_finding_and_not_retried(tmp_path, project_env):
+def test_conflicting_pins_are_an_install_conflict_and_not_retried(tmp_path, project_env):
     # vLLM 0.18.0 requires transformers < 5: the combination cannot be installed at all.
     check = run(tmp_path, {**project_env, "MISBEHAVE": "pass"}, 'transformers = ["5.3.0"]\nvllm = ["0.18.0"]')
-    assert check["status"] == "error" and check["failure_class"] == "test"
-    assert "cannot be installed together" in check["message"] and check["attempts"] == []
+    assert check["status"] == "error" and check["failure_class"] == "install-conflict"
+    assert check["message"] == ("cannot be installed together: vllm 0.18.0 requires transformers>=4.56.0,<5; the row "
+                                "pins transformers 5.3.0") and check["attempts"] == []
+    assert check["metrics"]["install"]["verdict"] == "conflict" and "No solution found" in check["metrics"]["install"][
+        "resolver"]
 
 
 def test_a_check_added_to_the_matrix_runs_alone_in_finished_cells(tmp_path, project_env):

@@ -84,6 +84,9 @@ def test_chat_parity_passes_on_the_project_parser_and_fallback():
     assert _verdict(result, "tool-calls").status is Status.PASS, result.message
     assert _verdict(result, "chat-template").status is Status.PASS, result.message
     assert all(v.metrics["engine"]["name"].startswith("vllm") for v in result.verdicts)
+    # Where verl's parser (which the trainer's follows) and vLLM's differ, each case keeps its input and both outputs.
+    for mismatch in _verdict(result, "tool-calls-malformed").metrics.get("mismatches", []):
+        assert {"case", "input", "trainer", "vllm"} <= set(mismatch), mismatch
 
 
 @needs_vllm

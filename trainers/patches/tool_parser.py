@@ -10,14 +10,29 @@ The grammar the model emits:
     </function>
     </tool_call>
 
-Values are text: one newline after the opening tag and one before the closing tag belong to the
-format and are removed. A value is converted only as its schema allows (integer, number,
-boolean, null, array and object through json.loads), never evaluated. A block that does not
-follow the grammar, or a `<tool_call>` left open, stays in the content text and is reported
-as an issue; a tool that is not in `tools` keeps its arguments as raw strings.
+It behaves as the parser it ports, verl's Qwen3XMLToolParser (verl/experimental/agent_loop/tool_parser.py),
+on every malformed output, so that a reward computed here matches verl's:
+- no `<tool_call>` at all: everything is content, even a bare `<function=...>`;
+- a `<tool_call>`, `<function=` or `<parameter=` left open runs to the end of the text (a `<tool_call>` or
+  `<parameter=` less one final newline); a block takes everything up to the first closing tag after it, so a
+  `<tool_call>` opened inside another belongs to the first; one `<tool_call>` may hold several functions;
+- a function or parameter whose name has no `>` is dropped; names are kept as written (not stripped);
+  a parameter given twice keeps its last value;
+- the content is the text before the first `<tool_call>` (text after or between calls is dropped), or the
+  whole text when no function is found; here it is also stripped of surrounding whitespace;
+- a value that fits its schema is typed by the schema (JSON for numbers, arrays and objects, never
+  evaluated); one that does not fit is typed as verl types it: `null` (any case) is None for every
+  parameter, integers by int(), numbers by float() (integral ones as int), booleans true only for `true`,
+  objects by JSON then Python literals, arrays and other types by Python literals (ast.literal_eval, which
+  evaluates nothing), else the raw text; a tool or parameter not in `tools` keeps raw text;
+- a value that JSON cannot hold (a Python set literal, say) makes the whole message content, with no calls,
+  as verl's exception path does.
+Where verl differs on well-formed output (it reads a JSON array holding null or true as text), the schema
+decides here, as vLLM's qwen3_coder parser does. Every deviation from the grammar is reported as an issue.
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Sequence
@@ -25,14 +40,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-_FUNCTION = re.compile(r"\s*<function=([^<>\n]+)>(.*)</function>\s*", re.DOTALL)
-_PARAMETER = re.compile(r"<parameter=([^<>\n]+)>(.*?)</parameter>", re.DOTALL)
 _INTEGER = re.compile(r"[+-]?\d+")
 
 
 @dataclass
 class ParseIssue:
-    kind: str  # unclosed_tool_call | malformed_tool_call | unknown_tool | type_mismatch
+    # unclosed_tool_call | unclosed_function | unclosed_parameter | malformed_tool_call | unknown_tool |
+    # type_mismatch | unserialisable
+    kind: str
     message: str
     start: int  # offsets of the block in the parsed text
     end: int
@@ -113,76 +128,121 @@ def convert_value(raw: str, schema: Any) -> tuple[bool, Any]:
     return False, raw
 
 
-def _strip_format_newlines(value: str) -> str:
+def _trim_format_newlines(value: str) -> str:
     return value.removeprefix("\n").removesuffix("\n")
 
 
-def _parse_block(body: str) -> tuple[str, dict[str, str]]:
-    """(function name, raw arguments) of the inside of one <tool_call> block; ValueError if malformed."""
-    match = _FUNCTION.fullmatch(body)
-    if match is None:
-        raise ValueError("expected exactly one <function=NAME>...</function> in the block")
-    name, inner = match.group(1).strip(), match.group(2)
-    if not name:
-        raise ValueError("empty function name")
-    arguments: dict[str, str] = {}
-    position = 0
-    for parameter in _PARAMETER.finditer(inner):
-        if between := inner[position:parameter.start()].strip():
-            raise ValueError(f"unexpected text in function {name!r}: {between[:40]!r}")
-        key = parameter.group(1).strip()
-        if key in arguments:
-            raise ValueError(f"parameter {key!r} given twice")
-        arguments[key] = _strip_format_newlines(parameter.group(2))
-        position = parameter.end()
-    if inner[position:].strip():
-        raise ValueError(f"unexpected text in function {name!r}: {inner[position:].strip()[:40]!r}")
-    return name, arguments
+def _blocks(text: str, opening: str, closing: str, open_end_newline: bool) -> list[tuple[int, str, bool]]:
+    """(offset, body, closed) of each `opening ... closing` block, in order. A block ends at the first `closing`
+    after its opening; one never closed runs to the end of the text (less one final newline where
+    `open_end_newline`, as a lazy match up to `$` leaves it) and ends the scan."""
+    found, position = [], 0
+    while (start := text.find(opening, position)) != -1:
+        inner = start + len(opening)
+        end = text.find(closing, inner)
+        if end == -1:
+            body = text[inner:]
+            found.append((start, body[:-1] if open_end_newline and body.endswith("\n") else body, False))
+            break
+        found.append((start, text[inner:end], True))
+        position = end + len(closing)
+    return found
+
+
+def _verl_fallback(raw: str, schema: Any) -> Any:
+    """A value that does not fit its schema, typed as verl's Qwen3XMLToolParser types it."""
+    kind = str(schema.get("type", "string") if isinstance(schema, dict) else "string").strip().lower()
+    if kind in ("string", "str", "text", "varchar", "char", "enum"):
+        return raw
+    try:
+        if kind.startswith(("int", "uint", "long", "short", "unsigned")):
+            return int(raw)
+        if kind.startswith(("num", "float")):
+            number = float(raw)
+            return number if number - int(number) != 0 else int(number)
+    except (ValueError, OverflowError):
+        return raw
+    if kind in ("boolean", "bool", "binary"):
+        return raw.lower() == "true"
+    if kind == "object" or kind.startswith("dict"):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            pass
+    try:
+        return ast.literal_eval(raw)  # literals only: nothing is evaluated
+    except Exception:  # noqa: BLE001 - SyntaxError, ValueError, RecursionError...: the text stays text
+        return raw
+
+
+def _typed(name: str, key: str, raw: str, schemas: dict[str, dict], issues: list[str]) -> Any:
+    if raw.lower() == "null":
+        return None
+    if name not in schemas or key not in schemas[name]:
+        return raw
+    ok, value = convert_value(raw, schemas[name][key])
+    if ok:
+        return value
+    issues.append(f"{name}.{key}: {raw[:40]!r} does not fit its schema")
+    return _verl_fallback(raw, schemas[name][key])
+
+
+def _call(function: str, closed: bool, schemas: dict[str, dict], issues: list[ParseIssue], start: int,
+          stop: int) -> dict[str, Any] | None:
+    """One function block (the text after `<function=`) as a call, or None when its name has no `>`."""
+    name, separator, inner = function.partition(">")
+    if not separator:
+        issues.append(ParseIssue("malformed_tool_call", "function name without '>': dropped", start, stop))
+        return None
+    if not closed:
+        issues.append(ParseIssue("unclosed_function", f"<function={name}> without </function>", start, stop))
+    if name not in schemas:
+        issues.append(ParseIssue("unknown_tool", f"{name!r} is not among the tools", start, stop))
+    arguments: dict[str, Any] = {}
+    mismatches: list[str] = []
+    for _, parameter, parameter_closed in _blocks(inner, "<parameter=", "</parameter>", True):
+        key, separator, value = parameter.partition(">")
+        if not separator:
+            issues.append(ParseIssue("malformed_tool_call", "parameter name without '>': dropped", start, stop))
+            continue
+        if not parameter_closed:
+            issues.append(ParseIssue("unclosed_parameter", f"<parameter={key}> without </parameter>", start, stop))
+        arguments[key] = _typed(name, key, _trim_format_newlines(value), schemas, mismatches)
+    issues += [ParseIssue("type_mismatch", f"{m}; typed as verl types it", start, stop) for m in mismatches]
+    return {"name": name, "arguments": arguments}
 
 
 def parse_message(text: str, tools: Sequence[dict] | None = None) -> ParsedMessage:
-    """Split model output into content text, typed tool calls, and the issues found."""
+    """Split model output into content text, typed tool calls, and the issues found (see the module docstring)."""
+    first = text.find(OPEN)
+    if first == -1:
+        return ParsedMessage(content=text.strip())
     schemas = _tool_schemas(tools)
-    content: list[str] = []
-    result = ParsedMessage(content="")
-    position = 0
-    while (start := text.find(OPEN, position)) != -1:
-        content.append(text[position:start])
-        end = text.find(CLOSE, start + len(OPEN))
-        if end == -1:
-            result.issues.append(ParseIssue("unclosed_tool_call", "<tool_call> without </tool_call>", start, len(text)))
-            position = start
-            break
-        stop = end + len(CLOSE)
-        body = text[start + len(OPEN):end]
-        if OPEN in body:  # a new call opened before this one closed: keep the first as text
-            nested = start + len(OPEN) + body.index(OPEN)
-            result.issues.append(ParseIssue("malformed_tool_call", "<tool_call> opened inside another", start, nested))
-            content.append(text[start:nested])
-            position = nested
-            continue
-        try:
-            name, raw_arguments = _parse_block(body)
-        except ValueError as exc:
-            result.issues.append(ParseIssue("malformed_tool_call", str(exc), start, stop))
-            content.append(text[start:stop])
-            position = stop
-            continue
-        arguments: dict[str, Any] = dict(raw_arguments)
-        if name not in schemas:
-            result.issues.append(ParseIssue("unknown_tool", f"{name!r} is not among the tools", start, stop))
-        else:
-            for key, raw in raw_arguments.items():
-                ok, arguments[key] = convert_value(raw, schemas[name].get(key))
-                if not ok:
-                    result.issues.append(ParseIssue(
-                        "type_mismatch", f"{name}.{key}: {raw[:40]!r} does not fit its schema; kept as text",
-                        start, stop))
-        result.calls.append({"name": name, "arguments": arguments})
-        position = stop
-    content.append(text[position:])
-    result.content = "".join(content).strip()
-    return result
+    issues: list[ParseIssue] = []
+    calls: list[dict[str, Any]] = []
+    functions_found = False
+    for start, body, closed in _blocks(text, OPEN, CLOSE, True):
+        stop = start + len(OPEN) + len(body) + (len(CLOSE) if closed else 0)
+        if not closed:
+            issues.append(ParseIssue("unclosed_tool_call", "<tool_call> without </tool_call>", start, len(text)))
+        if OPEN in body:
+            issues.append(ParseIssue("malformed_tool_call", "<tool_call> opened inside another", start, stop))
+        functions = _blocks(body, "<function=", "</function>", False)
+        if not functions:
+            issues.append(ParseIssue("malformed_tool_call", "no <function=...> in the block", start, stop))
+        functions_found = functions_found or bool(functions)
+        for _, function, function_closed in functions:
+            if (call := _call(function, function_closed, schemas, issues, start, stop)) is not None:
+                calls.append(call)
+    if not functions_found:  # verl: no function anywhere, so the whole text is content
+        return ParsedMessage(content=text.strip(), issues=issues)
+    try:  # the arguments as verl hands them on: through JSON (tuples become lists, keys strings)
+        calls = [{"name": c["name"], "arguments": json.loads(json.dumps(c["arguments"], ensure_ascii=False))}
+                 for c in calls]
+    except (TypeError, ValueError) as exc:
+        issues.append(ParseIssue("unserialisable", f"an argument JSON cannot hold ({exc}): no calls", first, len(text)))
+        return ParsedMessage(content=text.strip(), issues=issues)
+    return ParsedMessage(content=text[:first].strip(), calls=calls, issues=issues)
 
 
 def parse(text: str, tools: Sequence[dict] | None = None) -> tuple[str, list[dict[str, Any]]]:

@@ -7,7 +7,10 @@ Skipped in cells without vLLM. Verdicts (each records the engine it compared aga
   vLLM's own `qwen3_coder` parser (the one vLLM serves Qwen3.5 with; `qwen3_xml` is the same class
   in the releases read, 0.28 and 0.32);
 - tool-calls-malformed: on malformed and hostile outputs both parsers give the same result, and
-  neither evaluates the text (a value that is Python code would create a sentinel file);
+  neither evaluates the text (a value that is Python code would create a sentinel file). The trainer's
+  parser behaves as verl's Qwen3XMLToolParser on these (tests/unit/trainers/patches/test_tool_parser_verl.py),
+  so each mismatch, recorded with its input and both outputs, says where verl's parser and vLLM's differ;
+  the same in every vLLM release, the report shows it once as a standing finding;
 - chat-template: conversations with a user turn render through the fallback exactly as through the
   tokenizer's template; without one, as the template renders them with a user turn after the system
   turns, minus exactly that turn (so a fallback that drops the system message fails).
@@ -148,6 +151,9 @@ def run_with(engine: dict, ours=trainer_parse, fallback=None) -> CheckResult:
                              "well-formed outputs", label)]
         malformed = _verdict("tool-calls-malformed", compare_outputs(bad, tools, tok, ours), len(bad), engine,
                              "malformed or hostile outputs", label)
+        if ours is trainer_parse and malformed.status is Status.FAIL:
+            malformed.message = ("verl's Qwen3XMLToolParser (which the trainer's parser follows) and " + label
+                                 + " differ: " + malformed.message)
         if Path(sentinel).exists():
             malformed.status = Status.FAIL
             malformed.message = "a parser evaluated model output (the sentinel file was created); " + malformed.message

@@ -40,13 +40,35 @@ def well_formed() -> dict[str, str]:
 
 
 def malformed(sentinel: str) -> dict[str, str]:
+    """Outputs that break the grammar or a value's schema, one per path of verl's Qwen3XMLToolParser (the parser
+    trainers/patches/tool_parser.py ports), and hostile values."""
+    weather = "<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>"
     return {
         "unclosed tool_call": "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n",
         "missing </function>": "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n"
                                "</tool_call>",
+        "unclosed parameter": "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</function>\n</tool_call>",
+        "function without tool_call": "Sure.\n" + weather,
+        "function name without '>'": "Hm.\n<tool_call>\n<function=get_weather\n</tool_call>",
+        "parameter name without '>'": "<tool_call>\n<function=get_weather>\n<parameter=city\nRome\n</parameter>\n"
+                                      "<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
+        "two functions in one tool_call": f"<tool_call>\n{weather}\n<function=search>\n<parameter=query>\nq\n"
+                                          "</parameter>\n</function>\n</tool_call>",
+        "tool_call opened inside another": "<tool_call>\n<function=search>\n" + call("get_weather", city="Oslo"),
+        "text after the call": "First.\n" + call("get_weather", city="Oslo") + "\nThen more text.",
+        "parameter given twice": call("get_weather", city="Oslo", days="1").replace(
+            "</function>", "<parameter=city>\nBergen\n</parameter>\n</function>"),
+        "spaces around the function name": call("get_weather", city="Oslo").replace("get_weather", " get_weather "),
+        "unknown tool": call("delete_everything", force="true", n="3"),
+        "null for an integer": call("get_weather", city="Oslo", days="null"),
+        "fraction for an integer": call("get_weather", city="Oslo", days="2.5"),
+        "boolean that is not true or false": call("get_weather", city="Oslo", metric="yes"),
+        "python dict for an object": call("search", query="q", filters="{'year': 2024}"),
+        "python literal for an array": call("search", query="q", tags="('a', 'b')"),
+        "set literal for an array": "Looking.\n" + call("search", query="q", tags="{1, 2}"),
         "integer that is code": call("get_weather", city="Nice", days=hostile(sentinel)),
         "object that is code": call("search", query="q", filters=hostile(sentinel)),
-        "python literal for an array": call("search", query="q", tags="('a', 'b')"),
+        "array that is code": call("search", query="q", tags=hostile(sentinel)),
         "string that is code": call("search", query=hostile(sentinel)),
     }
 

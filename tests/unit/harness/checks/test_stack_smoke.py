@@ -47,8 +47,11 @@ def test_missing_qwen35_fails_naming_the_version(monkeypatch):
     assert result.status is Status.FAIL and "transformers 5.1.0" in result.message
 
 
-def test_a_model_without_decoder_layers_fails(tmp_path):
+def test_a_model_without_decoder_layers_is_refused_naming_the_field(tmp_path):
+    """A config of zero layers never reaches the model: the config reading refuses it (trainers/models.py)."""
+    from trainers.errors import TrainerInputError
+
     config = tmp_path / "zero.json"
     config.write_text('{"num_hidden_layers": 0, "layer_types": []}')
-    result = stack_smoke.run(CheckOptions(model_config=config))
-    assert result.status is Status.FAIL and "no decoder layers" in result.message
+    with pytest.raises(TrainerInputError, match="num_hidden_layers: expected a whole number >= 1"):
+        stack_smoke.run(CheckOptions(model_config=config))

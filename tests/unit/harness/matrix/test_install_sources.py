@@ -138,7 +138,7 @@ def test_a_row_whose_source_cannot_be_reached_reads_not_installable_never_broken
     result = run_cell(cell, m, RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", retries=2))
     check, = result.checks
     assert check.message.startswith("not installable on this runner") and "github.com" in check.message
-    assert check.status == Status.ERROR and check.failure_class == "infra"  # a runner limit, not a failed check
+    assert check.status == Status.ERROR and check.failure_class == "install-runner"  # a runner limit, not a failure
     assert len(tries) == 1  # out of reach: trying again cannot help
 
     def other(*args, **kwargs):

@@ -11,7 +11,7 @@ from harness.report import build_report, to_html, to_json, to_markdown
 from harness.report.markdown import md_text
 from harness.report.support import varying_axes
 from harness.report.synthetic import HOSTILE_LINKS, HOSTILE_MESSAGES, HOSTILE_TITLE, hostile_cells, synthetic_cells
-from harness.report.table import safe_link
+from harness.report.table import safe_link, safe_url
 from harness.results.records import CellResult, CheckResult, Status
 
 
@@ -62,8 +62,8 @@ def test_html_has_no_injected_tags_attributes_or_links(with_plots):
             assert re.fullmatch(r"#pp\d+", attrs["href"]) and f'<g id="{attrs["href"][1:]}">' in html
         if tag == "a":
             href = attrs["href"]
-            assert re.fullmatch(r"#(plot-\d+|r\d+|e\d+-\d+|g\d+-\d+|details|pins)", href) or (
-                safe_link(href) == href and ":" not in href), href
+            assert re.fullmatch(r"#(plot-\d+|r\d+|e\d+-\d+|g\d+-\d+|details|pins|standing)", href) or (
+                safe_link(href) == href and ":" not in href) or safe_url(href) == href, href
     assert [tag for tag, _ in parser.tags].count("style") == 1
     text = "".join(parser.text)
     # The hostile text is still there, as text: a reader sees exactly what the result file said.
@@ -78,11 +78,13 @@ def test_html_has_no_injected_tags_attributes_or_links(with_plots):
 def test_html_is_standalone():
     html = to_html(build_report(synthetic_cells(60, seed=4)))
     assert "<script" not in html and "<link" not in html and "@import" not in html and "url(" not in html
-    # Nothing loads or links an address (a hostile log path such as http://evil.example/log is shown as text).
+    # Nothing loads an address, and the only addresses linked are known failures' plain https links (a
+    # hostile log path such as http://evil.example/log is shown as text).
     parser = TagCollector()
     parser.feed(html)
     assert not [(tag, attrs) for tag, attrs in parser.tags
                 if any(name in ("href", "src", "srcset", "action", "data") and "//" in (value or "")
+                       and not (tag == "a" and name == "href" and safe_url(value) == value)
                        for name, value in attrs.items())]
     assert "Content-Security-Policy" in html and "default-src 'none'" in html.replace("&#x27;", "'")
 

