@@ -6,6 +6,7 @@ checkpoint directory loads real weights (used on accelerator runners).
 from __future__ import annotations
 
 import copy
+import difflib
 import importlib
 import json
 import math
@@ -166,10 +167,17 @@ def _bad_number(table: dict, sizes: set[str], prefix: str = "") -> str | None:
 
 
 def unknown_key(override: dict, known: dict, prefix: str = "") -> str | None:
-    """The first key of `override` (nested tables included) that the config does not have."""
+    """The first key of `override` (nested tables included) that is a mistake: a table the config does not
+    have (a vision-language config given for the text model), or a near-miss of a key it has (a typo).
+    Other extra keys pass, as Hugging Face configs keep them: published Qwen3.5 configs carry some the
+    class does not define (`mamba_ssm_dtype`, which vLLM reads to size its state cache)."""
     for key, value in override.items():
         if key not in known:
-            return prefix + key
+            if isinstance(value, dict):
+                return prefix + key
+            if difflib.get_close_matches(key, list(known), n=1, cutoff=0.85):
+                return prefix + key
+            continue
         if isinstance(value, dict) and isinstance(known[key], dict):
             inner = unknown_key(value, known[key], f"{prefix}{key}.")
             if inner:

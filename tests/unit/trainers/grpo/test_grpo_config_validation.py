@@ -104,3 +104,13 @@ def test_a_rollout_engine_that_is_not_installed_is_bad_input():
         pytest.skip("vLLM is installed here")
     with pytest.raises(TrainerInputError, match="rollout='vllm': vLLM is not installed"):
         TrainConfig(rollout="vllm").validate()
+
+
+def test_extra_keys_of_real_qwen35_configs_pass_and_typos_do_not():
+    """vLLM reads `mamba_ssm_dtype` from Qwen3.5's configs (the vLLM checks write it): not a mistake."""
+    from trainers import models
+    from trainers.errors import TrainerInputError
+
+    models.check_override("text", {"mamba_ssm_dtype": "float32", "head_dim": 64}, "cfg.json")
+    with pytest.raises(TrainerInputError, match="unknown key 'num_hiden_layers'"):
+        models.check_override("text", {"num_hiden_layers": 2}, "cfg.json")
