@@ -192,7 +192,9 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
         except cellenv.SetupFailed as exc:
             # The resolver's words say whose the failure is: the pins' (conflict), the runner's (wheel tags,
             # a source build, a source it cannot reach), or neither (a network blip: infra, tried again).
-            verdict = _git_source_unreachable(cell.requirements, str(exc)) or install_verdict.classify(str(exc))
+            verdict = (_git_source_unreachable(cell.requirements, str(exc))
+                       or install_verdict.runner_constraint(str(exc), os.environ.get("UV_CONSTRAINT", "").split())
+                       or install_verdict.classify(str(exc)))
             failure = verdict.failure_class if verdict else "infra"
             attempts.append({"status": Status.ERROR.value, "failure_class": failure, "reason": str(exc)[-1500:]})
             env = None

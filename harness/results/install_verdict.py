@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 CONFLICT, RUNNER = "conflict", "runner"
 LABELS = {CONFLICT: "cannot be installed together", RUNNER: "not installable on this runner"}
@@ -149,6 +150,24 @@ def classify(text: str) -> InstallVerdict | None:
         where = source.group(1) or "a git source"
         return InstallVerdict(RUNNER, f"cannot reach {where}", "installs on a runner with network access to it",
                               resolver)
+    return None
+
+
+def runner_constraint(text: str, constraint_files: list[str]) -> InstallVerdict | None:
+    """A conflict with a constraint of this runner's own (pip's `constraint`, which the harness forwards to uv as
+    UV_CONSTRAINT), not with the row's pins: a finding about the runner. None when no such line is named."""
+    if not any(word in text for word in _UNSATISFIABLE):
+        return None
+    flat = " ".join(text.split())
+    for name in constraint_files:
+        try:
+            lines = Path(name).read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        for line in (raw.split("#", 1)[0].strip() for raw in lines):
+            if line and re.search(rf"(?<![\w.-]){re.escape(line)}(?![\w.])", flat):
+                return InstallVerdict(RUNNER, f"this runner's pip constraint {line} ({name}) rules the row out",
+                                      "installs on a runner without that constraint", text[-RESOLVER_LIMIT:])
     return None
 
 

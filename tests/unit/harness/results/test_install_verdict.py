@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.results import install_verdict
 from harness.results.install_verdict import CONFLICT, RUNNER, InstallVerdict, classify, of_check
 from harness.results.records import CheckResult, Status
 
@@ -62,3 +63,19 @@ def test_a_check_result_carries_its_verdict_and_older_results_are_read_again():
                       "1: " + (UV / "bridge.txt").read_text(), failure_class="test")
     assert of_check(old).kind == RUNNER
     assert of_check(CheckResult("x", Status.FAIL, "wrong numbers", failure_class="test")) is None
+
+
+CONSTRAINED = ("× No solution found when resolving dependencies:\n  ╰─▶ Because you require torch==2.15.0 and\n"
+               "      torch<=2.14.1, we can conclude that your requirements are unsatisfiable.")
+
+
+def test_a_conflict_with_the_runners_own_pip_constraint_is_the_runners(tmp_path):
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("# this machine's cap\ntorch<=2.14.1\ntorchvision<=0.29.1\n")
+    found = install_verdict.runner_constraint(CONSTRAINED, [str(constraints)])
+    assert found is not None and found.kind == install_verdict.RUNNER
+    assert "torch<=2.14.1" in found.reason and "without that constraint" in found.remedy
+    assert install_verdict.classify(CONSTRAINED).kind == install_verdict.CONFLICT  # without the runner's files
+    constraints.write_text("numpy<3\n")
+    assert install_verdict.runner_constraint(CONSTRAINED, [str(constraints)]) is None
+    assert install_verdict.runner_constraint(CONSTRAINED, [str(tmp_path / "missing.txt")]) is None
