@@ -36,8 +36,9 @@ def checks_table(link_prefix: str = "") -> str:
 
 def exit_status_table() -> str:
     """0 and 130 from harness/errors.py's constants, the rest from its error classes' docstrings."""
-    classes = sorted((cls for cls in _subclasses(errors.HarnessError) if "exit_code" in vars(cls)),
-                     key=lambda cls: cls.exit_code)
+    # The classes of harness/errors.py: a module or a test may subclass them for its own use in the same process.
+    classes = sorted((cls for cls in _subclasses(errors.HarnessError) if "exit_code" in vars(cls)
+                      and cls.__module__ == "harness.errors"), key=lambda cls: cls.exit_code)
     rows = [[str(errors.DONE), "done", "the verb did its work; check failures are in the report, not the status"]]
     rows += [[str(cls.exit_code), cls.__name__, _first_sentence(inspect.getdoc(cls) or "")] for cls in classes
              if cls is not errors.HarnessError]
@@ -50,7 +51,8 @@ def trainer_exit_status_table() -> str:
     from trainers import errors as trainer_errors
 
     classes = sorted((cls for cls in _subclasses(trainer_errors.TrainerError) if "exit_code" in vars(cls)
-                      and cls is not trainer_errors.TrainerError), key=lambda cls: cls.exit_code)
+                      and cls is not trainer_errors.TrainerError and cls.__module__ == "trainers.errors"),
+                     key=lambda cls: cls.exit_code)
     rows = [["0", "done", "the run finished its steps"]]
     rows += [[str(cls.exit_code), cls.__name__, _first_sentence(inspect.getdoc(cls) or "")] for cls in classes]
     rows.append(["1", "an error of the stack", "anything else, with its traceback"])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harness import matrix
 from harness.errors import InputError
+from harness.matrix import newest
 from harness.matrix.axes import PYTHON_RE
 
 from . import cache, store, verdicts
@@ -45,7 +46,8 @@ def _check_args(args) -> None:
 def cmd_preflight(args) -> int:
     _check_args(args)
     m = matrix.load(args.file)
-    cells = m.select(args.cells, args.tags)
+    # `newest` and the like, resolved for the runner: this machine's own pip constraints do not bind it.
+    cells = newest.resolve_cells(m, m.select(args.cells, args.tags), newest.Resolver(limits={}))
     out = args.out or Path("reports") / m.name
     start = time.perf_counter()
     answers = Resolver(None if args.no_cache else args.cache, args.max_age * 3600)

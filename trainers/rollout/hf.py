@@ -15,7 +15,6 @@ from trainers.rollout.batch import RolloutBatch, RolloutMismatch, left_pad, row_
 # Logits of the cached decode loop against generate's: measured equal to float32 rounding (5e-7 on logits of
 # magnitude 5); a real difference (a wrong position, a stale cache) moves them by far more.
 GENERATE_CHECK_TOLERANCE = 1e-4
-ROLLOUT_CHECKS = ("off", "generate")
 
 
 class RowNoise:

@@ -7,7 +7,7 @@ from harness.results.records import CheckResult, Status
 
 
 def run(options):
-    from trainers import rollout
+    from trainers.rollout import HFRollout  # the engine module imports transformers (trainers/rollout/hf.py)
 
-    return CheckResult("via-trainers", Status.PASS, f"rollout has {len(vars(rollout))} names",
+    return CheckResult("via-trainers", Status.PASS, f"the HF engine has {len(vars(HFRollout))} names",
                        metrics={"pid": os.getpid()})

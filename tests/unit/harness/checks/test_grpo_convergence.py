@@ -180,4 +180,5 @@ def test_a_diverging_two_rank_run_fails_at_its_step(tmp_path):
     if result.status is Status.SKIP:
         pytest.skip(result.message)
     assert result.status is Status.FAIL and result.message.startswith("training stopped at step ")
-    assert result.message.endswith("(trainer exited 4)") and result.verdicts[0].name == "finite"
+    # 4 from forked ranks; under torchrun (where this process cannot fork safely) its agent reports a failed rank as 1
+    assert result.message.endswith(("(trainer exited 4)", "(trainer exited 1)")) and result.verdicts[0].name == "finite"
