@@ -25,7 +25,7 @@ from harness.envs import pipconfig
 from harness.errors import InputError
 
 from . import axes as ax
-from . import symbols
+from . import sources, symbols
 from .expand import Cell, Matrix
 from .index import PackageIndex
 from .metadata import MetadataSource
@@ -128,6 +128,8 @@ class Resolver:
         except InvalidSpecifier:
             pass
         for other, pinned in pins.items():
+            if sources.is_source(pinned):  # a git revision (mbridge @ git+https://...): no index metadata to read
+                continue
             spec = self.requirement_on(distribution, str(version), other, python)
             if spec is not None and not allows(spec, Version(pinned)):
                 return f"requires {other}{spec} (the cell pins {pinned})"

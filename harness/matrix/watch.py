@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from . import axes as ax
-from . import symbols
+from . import sources, symbols
 from .expand import Cell, Matrix
 from .newest import Resolver, allows, harness_python, marker_environment
 
@@ -80,7 +80,8 @@ def watch(m: Matrix, resolver: Resolver | None = None, cross: list[Cell] | None 
     declared_misfit = Resolver(resolver.index, resolver.metadata, resolver.today, limits={})
     found = []
     for axis, dist in ax.PACKAGE_AXES.items():
-        pinned = [Version(c.axes[axis]) for c in m.cells if axis in c.axes and not symbols.parse(c.axes[axis])]
+        pinned = [Version(c.axes[axis]) for c in m.cells if axis in c.axes and not symbols.parse(c.axes[axis])
+                  and not sources.is_source(c.axes[axis])]  # a git revision is no release to compare
         following = [c for c in m.cells if axis in c.axes and symbols.parse(c.axes[axis])]
         if not pinned:
             continue

@@ -121,3 +121,21 @@ def test_the_dev_stack_is_exact_and_the_default_run_has_a_newest_cell():
     assert dev and not any(c.symbolic_axes() for c in dev)  # `nox -s tests` never installs an untested release
     assert [c.id for c in cpu.select(tags=["newest"]) if c.axes["backend"] == "fsdp" and "vllm_cpu" not in c.axes
             and c.axes.get("mode") == "sync"] == ["fsdp-text-tfnewest-torch2.13.0-td0.15.3"]
+
+
+def test_a_git_source_pin_is_not_read_as_a_release():
+    """A row's mbridge from a git revision has no index metadata: the other axes are judged without it."""
+    from types import SimpleNamespace
+
+    from packaging.version import Version
+
+    from harness.matrix.newest import Resolver
+
+    class Metadata:
+        def declared(self, distribution, version):
+            Version(str(version))  # raises for a git URL, as the real metadata source does
+            return SimpleNamespace(requires_python=None, requires_dist=[])
+
+    resolver = Resolver(index=SimpleNamespace(), metadata=Metadata(), limits={})
+    pins = {"mbridge": "git+https://github.com/owner/mbridge@9b43cc0d0e22", "torch": "2.13.0"}
+    assert resolver.misfit("transformers", Version("5.24.0"), pins, "3.11") is None
