@@ -36,13 +36,9 @@ def checks_table(link_prefix: str = "") -> str:
 
 def exit_status_table() -> str:
     """0 and 130 from harness/errors.py's constants, the rest from its error classes' docstrings."""
-    # The classes of harness/errors.py: a module or a test may subclass them for its own use in the same process.
-    classes = sorted((cls for cls in _subclasses(errors.HarnessError) if "exit_code" in vars(cls)
-                      and cls.__module__ == "harness.errors"), key=lambda cls: cls.exit_code)
-    rows = [[str(errors.DONE), "done", "the verb did its work; check failures are in the report, not the status"]]
-    rows += [[str(cls.exit_code), cls.__name__, _first_sentence(inspect.getdoc(cls) or "")] for cls in classes
-             if cls is not errors.HarnessError]
-    rows.append([str(errors.INTERRUPTED), "interrupted", "Ctrl-C or SIGTERM; finished cell files are kept"])
+    rows = [[str(errors.DONE), "done", "the verb did its work; check failures are in the report, not the status"],
+            *_status_rows(errors.HarnessError),
+            [str(errors.INTERRUPTED), "interrupted", "Ctrl-C or SIGTERM; finished cell files are kept"]]
     return _table(["status", "meaning", "when"], rows)
 
 
@@ -50,13 +46,18 @@ def trainer_exit_status_table() -> str:
     """The trainers' own statuses (`python -m trainers.fsdp` / `trainers.megatron`), from trainers/errors.py."""
     from trainers import errors as trainer_errors
 
-    classes = sorted((cls for cls in _subclasses(trainer_errors.TrainerError) if "exit_code" in vars(cls)
-                      and cls is not trainer_errors.TrainerError and cls.__module__ == "trainers.errors"),
-                     key=lambda cls: cls.exit_code)
-    rows = [["0", "done", "the run finished its steps"]]
-    rows += [[str(cls.exit_code), cls.__name__, _first_sentence(inspect.getdoc(cls) or "")] for cls in classes]
-    rows.append(["1", "an error of the stack", "anything else, with its traceback"])
+    rows = [["0", "done", "the run finished its steps"], *_status_rows(trainer_errors.TrainerError),
+            ["1", "an error of the stack", "anything else, with its traceback"]]
     return _table(["status", "meaning", "when"], rows)
+
+
+def _status_rows(base: type) -> list[list[str]]:
+    """One row per error class of `base`'s own module with a status of its own, in status order. Only that
+    module's classes: another module or a test may subclass them in the same process."""
+    classes = [cls for cls in _subclasses(base) if cls is not base and "exit_code" in vars(cls)
+               and cls.__module__ == base.__module__]
+    return [[str(cls.exit_code), cls.__name__, _first_sentence(inspect.getdoc(cls) or "")]
+            for cls in sorted(classes, key=lambda cls: cls.exit_code)]
 
 
 def _subclasses(cls: type) -> list[type]:

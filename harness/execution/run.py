@@ -21,7 +21,7 @@ from harness.envs import cellenv, container, devices, interpreters
 from harness.envs.lifetime import die_with_parent
 from harness.matrix import Cell, Matrix
 from harness.matrix.axes import VLLM_AXES
-from harness.matrix.sources import unreachable_source
+from harness.matrix.sources import UNREACHABLE_REMEDY, unreachable_reason
 from harness.results import install_verdict
 from harness.results.records import (
     CellResult,
@@ -75,12 +75,11 @@ class RunOptions:
 def _git_source_unreachable(requirements: list[str], output: str) -> install_verdict.InstallVerdict | None:
     """A row's git source (mbridge @ git+https://...) that this runner cannot reach: named as such, before the
     generic reading of uv's output would call it a failed build."""
-    found = unreachable_source(requirements, output)
-    if found is None:
+    reason = unreachable_reason(requirements, output)
+    if reason is None:
         return None
-    reason, _, remedy = found.removeprefix(install_verdict.LABELS[install_verdict.RUNNER] + ": ").rpartition("; ")
-    evidence = output[-install_verdict.RESOLVER_LIMIT:]
-    return install_verdict.InstallVerdict(install_verdict.RUNNER, reason, remedy, evidence)
+    return install_verdict.InstallVerdict(install_verdict.RUNNER, reason, UNREACHABLE_REMEDY,
+                                          output[-install_verdict.RESOLVER_LIMIT:])
 
 def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
     """This cell's earlier result file, if readable and made with the same pins."""

@@ -66,13 +66,21 @@ _UNREACHABLE = ("failed to fetch", "git operation failed", "could not resolve ho
                 "failed to clone", "name or service not known", "network is unreachable")
 
 
-def unreachable_source(requirements: list[str], log_tail: str) -> str | None:
-    """Where a cell with a git source failed to install because that source cannot be reached from this
-    runner: one line naming the source and what would make it install; else None."""
+UNREACHABLE_REMEDY = "a runner with network access to it installs the row"
+
+
+def unreachable_reason(requirements: list[str], log_tail: str) -> str | None:
+    """Why a cell with a git source failed to install, when that source cannot be reached from this runner:
+    the host and uv's words; else None."""
     hosts = {m.group(1) for r in requirements if (m := re.search(r"git\+https://([a-z0-9.-]+)/", r))}
     text = log_tail.lower()
     if not hosts or not any(word in text for word in _UNREACHABLE) or not any(h in text for h in hosts):
         return None
     said = [line.strip() for line in log_tail.splitlines() if any(word in line.lower() for word in _UNREACHABLE)]
-    return (f"not installable on this runner: it cannot reach {', '.join(sorted(hosts))} to fetch the git "
-            f"source (uv: {said[-1][:300]}); a runner with network access to it installs the row")
+    return f"it cannot reach {', '.join(sorted(hosts))} to fetch the git source (uv: {said[-1][:300]})"
+
+
+def unreachable_source(requirements: list[str], log_tail: str) -> str | None:
+    """The same as one line naming the source and what would make it install; else None."""
+    reason = unreachable_reason(requirements, log_tail)
+    return f"not installable on this runner: {reason}; {UNREACHABLE_REMEDY}" if reason else None
