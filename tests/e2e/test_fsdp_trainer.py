@@ -102,3 +102,14 @@ def test_one_rank_is_unsharded_by_default_and_matches_fsdp2(tmp_path, runs):
 def test_vision_language_model_trains_on_text_prompts(tmp_path):
     records = read_metrics(_train(tmp_path, "vl", "--model", "vl", nproc=1, steps=2))
     assert len(records) == 2 and all(math.isfinite(r["loss"]) and r["grad_norm"] > 0 for r in records)
+
+
+def test_a_relaunched_two_rank_run_keeps_the_trainers_exit_status_and_one_line(tmp_path):
+    """`--nproc-per-node 2` runs under torchrun, which itself ends with 1: the launcher hands back the ranks'
+    own status (4: a non-finite loss) and their shared line once, not once per rank."""
+    command = [sys.executable, "-m", "trainers.fsdp", "--nproc-per-node", "2", "--lr", "1e30", "--steps", "4",
+               "--batch-prompts", "2", "--group-size", "2", "--device", "cpu", "--metrics", str(tmp_path / "m.jsonl")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error")]
+    assert done.returncode == 4, done.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: training stopped at step "), lines

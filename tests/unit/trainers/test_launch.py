@@ -88,3 +88,49 @@ def test_the_stop_needs_every_rank_to_agree(monkeypatch):
         loop.stop_if_not_finite(3, {"loss": 0.5, "grad_norm": 1.0})
     monkeypatch.setattr(loop, "_all_sum", lambda values, group=None, op=None: values)
     loop.stop_if_not_finite(3, {"loss": 0.5, "grad_norm": 1.0})  # all finite everywhere: goes on
+
+
+def test_a_relaunch_exits_with_the_ranks_status_and_prints_their_line_once(monkeypatch, capsys):
+    """torchrun ends with 1 whatever its workers said; the launcher reads their statuses instead."""
+    from trainers import launch
+
+    def torchrun(command, env):
+        folder = Path(env[launch.STATUS_DIR_ENV])
+        for rank in (1, 0):  # the same bad input on every rank
+            (folder / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "code": 2, "line": "bad input"}))
+        (folder / "rank-9.json").write_text("not json")
+        return 1
+
+    monkeypatch.setattr(launch.subprocess, "call", torchrun)
+    assert launch.relaunch("trainers.fsdp", [], 2) == 2
+    assert capsys.readouterr().err == "error: bad input\n"
+
+    def diverging(command, env):
+        folder = Path(env[launch.STATUS_DIR_ENV])
+        (folder / "rank-1.json").write_text(json.dumps({"rank": 1, "code": 4, "line": "stopped on rank 1"}))
+        (folder / "rank-0.json").write_text(json.dumps({"rank": 0, "code": 3, "line": "refused on rank 0"}))
+        return 1
+
+    monkeypatch.setattr(launch.subprocess, "call", diverging)
+    assert launch.relaunch("trainers.fsdp", [], 2) == 3  # the lowest rank's status
+    assert capsys.readouterr().err == "error (rank 0): refused on rank 0\nerror (rank 1): stopped on rank 1\n"
+    monkeypatch.setattr(launch.subprocess, "call", lambda command, env: 7)  # no rank stopped on its own terms
+    assert launch.relaunch("trainers.fsdp", [], 2) == 7 and capsys.readouterr().err == ""
+
+
+def test_a_rank_under_a_relaunch_leaves_its_line_to_the_launcher(tmp_path, monkeypatch, capsys):
+    from trainers import launch
+    from trainers.errors import TrainerError
+
+    class Refused(TrainerError):
+        exit_code = 3
+
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv(launch.STATUS_DIR_ENV, str(tmp_path))
+    launch.report_stop(Refused("this stack refuses"))
+    assert capsys.readouterr().err == ""
+    assert launch.rank_statuses(tmp_path) == [{"rank": 1, "code": 3, "line": "this stack refuses"}]
+    monkeypatch.delenv(launch.STATUS_DIR_ENV)  # a torchrun the user started: each rank says it itself
+    launch.report_stop(Refused("this stack refuses"))
+    assert capsys.readouterr().err == "error: this stack refuses\n"
