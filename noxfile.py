@@ -228,8 +228,11 @@ def bench(session: nox.Session) -> None:
 
 
 def _cell_sessions(name: str, path: Path) -> None:
-    cells = matrix.load(path).cells
-    params = [nox.param(cell.id, id=cell.id, tags=["all", "cell", *cell.tags]) for cell in cells]
+    loaded = matrix.load(path)
+    cells = loaded.cells
+    # The nightly dispatches `-t cell`; an offline box's cells run there, from its wheelhouse, not on a runner.
+    kind = "offline-cell" if loaded.offline else "cell"
+    params = [nox.param(cell.id, id=cell.id, tags=["all", kind, *cell.tags]) for cell in cells]
     device = cells[0].axes["device"]
 
     @nox.session(name=f"cell-{name}", default=False)

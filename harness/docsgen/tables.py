@@ -76,7 +76,7 @@ def nox_sessions(listing: list[dict] | None = None) -> list[dict]:
     """`nox -l --json -t all` without the per-cell sessions (one row stands for them)."""
     if listing is None:
         listing = _nox_listing()
-    return [entry for entry in listing if "cell" not in (entry.get("tags") or [])]
+    return [entry for entry in listing if not {"cell", "offline-cell"} & set(entry.get("tags") or [])]
 
 
 @functools.cache
@@ -94,7 +94,7 @@ def sessions_table(listing: list[dict] | None = None, full: bool = False) -> str
         text = description if full else description.split("\n\n")[0]
         rows.append([f"`{entry['session']}`", text])
     rows.append(["`cell-<matrix>(<cell id>)`", "one cell of a matrix; `nox -l --json -t cell` lists them with their "
-                 "call_spec, `nox -t TAG` runs the cells a matrix tags"])
+                 "call_spec (`-t offline-cell`: an offline box's), `nox -t TAG` runs the cells a matrix tags"])
     return _table(["session", "what it does"], rows)
 
 

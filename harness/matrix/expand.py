@@ -27,7 +27,7 @@ from .recipe import parse as parse_recipe
 from .rules import KnownFailure, Note, RuleError, Selector, TagRule
 
 TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "runners", "known_failures", "notes"}
-MATRIX_KEYS = {"name", "description", "checks", "timeout", "runner", "python", "memory_limit_mb"}
+MATRIX_KEYS = {"name", "description", "checks", "timeout", "runner", "python", "memory_limit_mb", "offline"}
 RULE_KEYS = {"tags": {"tag", "when"}, "runners": {"label", "when"},
              "known_failures": {"check", "verdict", "when", "reason", "link", "expires"}, "notes": {"text", "when"}}
 
@@ -83,6 +83,8 @@ class Matrix:
     cells: list[Cell]
     notes: list[Note] = field(default_factory=list)
     known_failures: list[KnownFailure] = field(default_factory=list)  # all of them: resolved cells match again
+    # An air-gapped box's matrix: run there with `run --here --wheelhouse`, never dispatched as nightly cells
+    offline: bool = False
 
     def locate(self, distribution: str, version: str) -> str:
         """'FILE, line N' of the line that pins `version` (preferring one that names the package)."""
@@ -285,6 +287,9 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
     memory = meta.get("memory_limit_mb")
     if memory is not None and (not isinstance(memory, int) or isinstance(memory, bool) or memory < 256):
         raise ld.error("matrix.memory_limit_mb", "expected a whole number of MiB, at least 256")
+    offline = meta.get("offline", False)
+    if not isinstance(offline, bool):
+        raise ld.error("matrix.offline", "expected true or false")
 
     base = ld.axes_table(data.get("axes"), "axes")
     for axis in ("backend", "model", "device"):
@@ -345,7 +350,7 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
                           tuple(k for k in known if k.when.matches(axes)), runner, extras,
                           axes.get(ax.PYTHON_AXIS), recipe))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
-                  default_runner, meta.get("python"), memory, cells, notes, known)
+                  default_runner, meta.get("python"), memory, cells, notes, known, offline)
 
 
 def _expand(ld: _Loader, products: list[tuple[dict, tuple]]) -> tuple[dict[str, dict[str, str]], dict[str, tuple]]:

@@ -44,7 +44,8 @@ def test_workflows_validate_against_the_github_schema():
 def test_the_job_matrix_has_one_job_per_cell_with_its_runner_and_image():
     listing = _listing()
     jobs = ci.job_matrix(listing, ROOT / "matrices")["include"]
-    cells = {c.id: c for p in (ROOT / "matrices").glob("*.toml") for c in matrix.load(p).cells}
+    loaded = [matrix.load(p) for p in (ROOT / "matrices").glob("*.toml")]
+    cells = {c.id: c for m in loaded if not m.offline for c in m.cells}  # an offline box's cells run on the box
     assert sorted(j["cell"] for j in jobs) == sorted(cells)
     for job in jobs:
         cell = cells[job["cell"]]

@@ -90,6 +90,8 @@ def test_the_shipped_matrices_load():
     tf = sorted({c.axes["transformers"] for c in loaded["cpu"].cells})
     assert {"5.1.0", "5.2.0", "5.3.0", "5.5.3", "5.9.0"} <= set(tf)
     assert {c.axes["tensordict"] for c in loaded["cpu"].cells} == {"0.10.0", "0.15.3"}
+    # Only the air-gapped box's matrix is offline: the nightly never dispatches its cells to runners.
+    assert [name for name, m in loaded.items() if m.offline] == ["gpu-evidence"]
 
 
 BAD = [
@@ -116,6 +118,7 @@ BAD = [
              'link = "https://x.test/1"\nexpires = "2027-01-01"\n', "expected a TOML date"),
     ("python is an option", VALID.replace('name = "t"', 'name = "t"\npython = "--help"'), "matrix.python"),
     ("python is a number", VALID.replace('name = "t"', 'name = "t"\npython = 3'), "matrix.python"),
+    ("offline is a word", VALID.replace('name = "t"', 'name = "t"\noffline = "yes"'), "matrix.offline: expected true"),
     ("include adds nothing", VALID + '[[include]]\nmodel = "text"\n', "include[0]: adds no cell"),
     ("known failure for a check not run",
      VALID + '[[known_failures]]\ncheck = "nested-chunking"\nwhen = { transformers = "==5.3.0" }\nreason = "r"\n'
