@@ -49,8 +49,8 @@ CHECKS: dict[str, CheckSpec] = {
                   "the cell's vLLM loads Qwen3.5; its log-probs and greedy tokens match the trainer's, also after a "
                   "GRPO update and a weight sync", timeout=900),
         CheckSpec("vllm-chat-parity", "harness.checks.vllm_chat_parity",
-                  "the trainer's tool-call parser and chat-template fallback agree with vLLM's parser and the "
-                  "tokenizer's template", timeout=300),
+                  "the trainer's tool-call parser and chat rendering agree with vLLM's parser and vLLM's own chat "
+                  "path, token for token", timeout=300),
     )
 }
 

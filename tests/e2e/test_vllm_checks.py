@@ -82,7 +82,11 @@ def test_the_engine_is_named_by_its_distribution():
 def test_chat_parity_passes_on_the_project_parser_and_fallback():
     result = vllm_chat.run_with(vllm_engine.installed())
     assert _verdict(result, "tool-calls").status is Status.PASS, result.message
-    assert _verdict(result, "chat-template").status is Status.PASS, result.message
+    rendered = _verdict(result, "chat-rendering")
+    assert rendered.status is Status.PASS, result.message
+    assert rendered.metrics["rendered_by"] == "vllm.renderers.online_renderer.OnlineRenderer.render_chat"
+    assert sorted(rendered.metrics["refused_by_vllm"]) == [c for c in vllm_chat.vllm_chat_cases.CONVERSATIONS
+                                                           if c.startswith("no user")]
     assert all(v.metrics["engine"]["name"].startswith("vllm") for v in result.verdicts)
     # Where verl's parser (which the trainer's follows) and vLLM's differ, each case keeps its input and both outputs.
     for mismatch in _verdict(result, "tool-calls-malformed").metrics.get("mismatches", []):
@@ -105,15 +109,45 @@ def test_a_parser_that_drops_an_argument_fails():
 
 
 @needs_vllm
-def test_a_fallback_that_loses_the_system_message_fails():
-    from trainers.patches.chat_template import apply_chat_template
+def test_a_fallback_that_loses_the_system_message_fails_against_vllms_chat_path():
+    from harness.checks.vllm_chat_parity import rendering
 
-    def loses_system(tokenizer, messages, **kwargs):
-        return apply_chat_template(tokenizer, [m for m in messages if m["role"] != "system"] or messages, **kwargs)
+    def loses_system(tok, messages, kwargs):
+        return rendering.trainer_render(tok, [m for m in messages if m["role"] != "system"] or messages, kwargs)
 
-    result = vllm_chat.run_with(vllm_engine.installed(), fallback=loses_system)
-    verdict = _verdict(result, "chat-template")
-    assert verdict.status is Status.FAIL and "system, assistant" in verdict.message
+    result = vllm_chat.run_with(vllm_engine.installed(), trainer=loses_system)
+    verdict = _verdict(result, "chat-rendering")
+    assert verdict.status is Status.FAIL and "no user: system, assistant" in verdict.message
+    assert result.status is Status.FAIL
+
+
+@needs_vllm
+def test_a_template_one_token_longer_than_vllms_fails(tmp_path):
+    from harness.checks.vllm_chat_parity import rendering
+
+    def one_token_more(tok, messages, kwargs):
+        longer = tok.chat_template.replace("<|im_start|>assistant\\n' }}", "<|im_start|>assistant\\n\\n' }}")
+        assert longer != tok.chat_template
+        return rendering.trainer_render(tok, messages, {**kwargs, "chat_template": longer})
+
+    verdict = vllm_chat.chat_rendering(vllm_engine.installed(), "vLLM", str(tmp_path), trainer=one_token_more)
+    assert verdict.status is Status.FAIL
+    assert {m["case"] for m in verdict.metrics["mismatches"]} >= {"system, user", "thinking on", "multi-turn"}
+
+
+@needs_vllm
+def test_vllms_chat_path_decodes_tool_call_arguments_and_refuses_a_conversation_without_a_user(tmp_path):
+    from harness.checks.vllm_chat_parity import rendering
+    from harness.checks.vllm_chat_parity import vllm_chat as chat_path
+
+    rendering.save_model_folder(str(tmp_path))
+    renderer = chat_path.ChatRenderer(str(tmp_path))
+    messages, kwargs = vllm_chat.vllm_chat_cases.CONVERSATIONS["tool call and result"]
+    rendered = renderer.render(messages, kwargs)
+    assert "<parameter=days>\n3\n</parameter>" in rendered.text and rendered.text.endswith("<think>\n")
+    assert rendered.ids == rendering.byte_tokenizer()(rendered.text, add_special_tokens=False)["input_ids"]
+    with pytest.raises(chat_path.Refused, match="No user query found in messages"):
+        renderer.render([vllm_chat.vllm_chat_cases.ANSWER], {})
 
 
 @needs_vllm

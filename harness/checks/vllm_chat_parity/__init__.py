@@ -1,5 +1,5 @@
-"""vllm-chat-parity: the trainer's Qwen3.5 tool-call parser and chat-template fallback against the
-cell's vLLM and the tokenizer's chat template.
+"""vllm-chat-parity: the trainer's Qwen3.5 tool-call parser and chat rendering against the cell's vLLM
+(its own tool parser and its own chat path).
 
 Skipped in cells without vLLM. Verdicts (each records the engine it compared against):
 - tool-calls: on well-formed outputs (one call, several, nested JSON arguments, text around them)
@@ -11,11 +11,19 @@ Skipped in cells without vLLM. Verdicts (each records the engine it compared aga
   parser behaves as verl's Qwen3XMLToolParser on these (tests/unit/trainers/patches/test_tool_parser_verl.py),
   so each mismatch, recorded with its input and both outputs, says where verl's parser and vLLM's differ;
   the same in every vLLM release, the report shows it once as a standing finding;
-- chat-template: conversations with a user turn render through the fallback exactly as through the
-  tokenizer's template; without one, as the template renders them with a user turn after the system
-  turns, minus exactly that turn (so a fallback that drops the system message fails).
-Every mismatch is listed with its case (a parser mismatch with its input too). No model and no engine
-process: the check takes seconds.
+- chat-rendering: each conversation (system and user, multi-turn, tool definitions with tool calls and
+  results, reasoning before a tool call, thinking on and off, with and without a generation prompt, and
+  four without a user turn) renders to the same token ids and text through the trainer (the tokenizer's
+  `apply_chat_template` with the chat-template fallback patch) as through vLLM's own chat path:
+  `OnlineRenderer.render_chat`, which vLLM's OpenAI chat-completions server runs on each request, given
+  the request an OpenAI client sends (vllm_chat.py names the releases read). Both load one tiny Qwen3.5
+  model folder whose byte-level tokenizer makes one differing character a differing id. vLLM refuses a
+  conversation without a user turn (Qwen3.5's template raises; its server answers 400): the verdict records
+  the refusal and compares the trainer's fallback with vLLM's rendering of it with a user turn after the
+  system turns, minus exactly that turn. The verdict names the vLLM function that rendered.
+Every mismatch is listed with its case (a parser mismatch with its input too; a rendering mismatch with
+its first differing token and both texts from just before it). No model weights and no engine process:
+the check takes under a minute, most of it importing vLLM.
 """
 from __future__ import annotations
 
@@ -26,13 +34,14 @@ from pathlib import Path
 from harness.checks import CheckOptions
 from harness.checks.support import vllm_engine
 from harness.checks.vllm_chat_parity import cases as vllm_chat_cases
+from harness.checks.vllm_chat_parity import rendering
+from harness.checks.vllm_chat_parity import vllm_chat as vllm_chat_path
 from harness.results.records import CheckResult, Status, Verdict
 
 NAME = "vllm-chat-parity"
 VLLM_PARSER = "qwen3_coder"
-TEMPLATE = Path(__file__).with_name("qwen35_like.jinja")
-# Tokens vLLM's Qwen3 parser looks up in the tokenizer's vocabulary before it parses anything.
-SPECIAL = ["<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+TEMPLATE = rendering.TEMPLATE
+SPECIAL = rendering.SPECIAL  # vLLM's Qwen3 parser looks these up in the vocabulary before it parses anything
 
 
 def tokenizer(template: str | None = None):
@@ -85,42 +94,6 @@ def compare_outputs(cases: dict[str, str], tools: list[dict], tok, ours=trainer_
     return mismatches
 
 
-def _user_turn_removed(render, messages: list[dict], kwargs: dict) -> str:
-    """The template's rendering with a real user turn after the system turns, minus that turn."""
-    leading = 0
-    while leading < len(messages) and messages[leading].get("role") == "system":
-        leading += 1
-    user = vllm_chat_cases.USER
-    full = render(messages[:leading] + [user] + messages[leading:], **kwargs)
-    turn = render([user, user])[len(render([user])):]  # one user turn, as the template writes it
-    if full.count(turn) != 1:
-        raise ValueError("the user turn cannot be located once in the rendering")
-    return full.replace(turn, "", 1)
-
-
-def compare_templates(tok, fallback=None) -> list[dict]:
-    from trainers.patches.chat_template import apply_chat_template
-
-    fallback = fallback or apply_chat_template
-
-    def render(messages, **kwargs):
-        return tok.apply_chat_template(messages, tokenize=False, **kwargs)
-
-    mismatches = []
-    cases = [(name, m, k, False) for name, (m, k) in vllm_chat_cases.WITH_USER.items()]
-    cases += [(name, m, k, True) for name, (m, k) in vllm_chat_cases.WITHOUT_USER.items()]
-    for name, messages, kwargs, no_user in cases:
-        try:
-            expected = _user_turn_removed(render, messages, kwargs) if no_user else render(messages, **kwargs)
-            got = fallback(tok, messages, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - a rendering that fails is a mismatch to report
-            mismatches.append({"case": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
-            continue
-        if got != expected:
-            mismatches.append({"case": name, "expected": expected, "fallback": got})
-    return mismatches
-
-
 def _verdict(name: str, mismatches: list[dict], total: int, engine: dict, what: str, label: str) -> Verdict:
     if mismatches:
         cases = ", ".join(m["case"] for m in mismatches)
@@ -136,10 +109,8 @@ def run(options: CheckOptions) -> CheckResult:
     return run_with(engine)
 
 
-def run_with(engine: dict, ours=trainer_parse, fallback=None) -> CheckResult:
-    """The check; tests pass a broken parser (`ours`) or a broken template fallback."""
-    import transformers
-
+def run_with(engine: dict, ours=trainer_parse, trainer=rendering.trainer_render) -> CheckResult:
+    """The check; tests pass a broken parser (`ours`) or a broken chat rendering (`trainer`)."""
     tok = tokenizer()
     label = vllm_engine.describe(engine)
     tools = vllm_chat_cases.TOOLS
@@ -158,10 +129,30 @@ def run_with(engine: dict, ours=trainer_parse, fallback=None) -> CheckResult:
             malformed.status = Status.FAIL
             malformed.message = "a parser evaluated model output (the sentinel file was created); " + malformed.message
         verdicts.append(malformed)
-    total = len(vllm_chat_cases.WITH_USER) + len(vllm_chat_cases.WITHOUT_USER)
-    template = f"the tokenizer's chat template (transformers {transformers.__version__})"
-    verdicts.append(_verdict("chat-template", compare_templates(tok, fallback), total, engine, "conversations",
-                             template))
+        verdicts.append(chat_rendering(engine, label, folder, trainer))
     failed = [v for v in verdicts if v.status is Status.FAIL]
     return CheckResult(NAME, Status.FAIL if failed else Status.PASS, "; ".join(v.message for v in failed or verdicts),
                        metrics={"engine": engine, "parser": VLLM_PARSER}, verdicts=verdicts)
+
+
+def chat_rendering(engine: dict, label: str, folder: str, trainer=rendering.trainer_render,
+                   make_renderer=vllm_chat_path.ChatRenderer) -> Verdict:
+    """The chat-rendering verdict on a model folder made in `folder`."""
+    from transformers import AutoTokenizer
+
+    model = str(Path(folder) / "model")
+    rendering.save_model_folder(model)
+    try:
+        vllm = make_renderer(model)
+    except vllm_chat_path.Unsupported as why:
+        return Verdict("chat-rendering", Status.SKIP, f"{label}: {why}", {"engine": engine})
+    mismatches, refused = rendering.compare(vllm.render, AutoTokenizer.from_pretrained(model), trainer)
+    where = f"{label}'s chat path ({vllm.rendered_by})"
+    verdict = _verdict("chat-rendering", mismatches, len(vllm_chat_cases.CONVERSATIONS), engine, "conversations",
+                       where)
+    verdict.metrics.update(rendered_by=vllm.rendered_by, refused_by_vllm=refused)
+    if refused:
+        reasons = sorted(set(refused.values()))
+        verdict.message += (f"; {len(refused)} refused by vLLM ({'; '.join(reasons)}), compared with its rendering "
+                            "with a user turn added, that turn removed")
+    return verdict

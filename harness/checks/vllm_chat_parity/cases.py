@@ -73,25 +73,33 @@ def malformed(sentinel: str) -> dict[str, str]:
     }
 
 
-# Conversations rendered by the tokenizer's chat template and by the trainer's fallback.
+# Conversations the trainer and vLLM's chat entry point both render, in the form the trainer holds them
+# (tool-call arguments as objects; vLLM receives them JSON-encoded, as an OpenAI client sends them).
 SYSTEM = {"role": "system", "content": "You are terse."}
 USER = {"role": "user", "content": "Weather in Paris?"}
-CALL = {"role": "assistant", "content": "", "tool_calls": [
-    {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}}]}
-TOOL = {"role": "tool", "content": '{"sky": "clear"}'}
+FOLLOW_UP = {"role": "user", "content": "And in Oslo?"}
+WEATHER = {"id": "call_0", "type": "function",
+           "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}}
+CALL = {"role": "assistant", "content": "", "tool_calls": [WEATHER]}
+THINKING_CALL = {**CALL, "reasoning_content": "Paris, three days: one call."}
+TOOL = {"role": "tool", "tool_call_id": "call_0", "content": '{"sky": "clear"}'}
 ANSWER = {"role": "assistant", "content": "Clear skies."}
+GENERATE = {"add_generation_prompt": True}
 
-# Each with a user turn: the fallback must render exactly what the template renders.
-WITH_USER = {
-    "user": ([USER], {"add_generation_prompt": True}),
-    "system, user, tools": ([SYSTEM, USER], {"tools": TOOLS, "add_generation_prompt": True}),
+# name: (messages, template arguments). The last ones have no user turn: Qwen3.5's template refuses
+# them, so does vLLM's chat entry point; the trainer's fallback renders them (RL frameworks render a
+# response turn alone to score or mask it).
+CONVERSATIONS = {
+    "system, user": ([SYSTEM, USER], GENERATE),
+    "system, user, tools": ([SYSTEM, USER], {"tools": TOOLS, **GENERATE}),
+    "multi-turn": ([SYSTEM, USER, ANSWER, FOLLOW_UP], GENERATE),
+    "tool call and result": ([SYSTEM, USER, CALL, TOOL], {"tools": TOOLS, **GENERATE}),
     "tool round trip": ([SYSTEM, USER, CALL, TOOL, ANSWER], {"tools": TOOLS}),
-}
-# Without a user turn (what RL frameworks render to score a response): the fallback must equal the
-# template's rendering of the same conversation with a user turn after the system turns, minus
-# exactly that turn; so the system message and every other turn stay.
-WITHOUT_USER = {
-    "assistant alone": ([ANSWER], {}),
-    "system, assistant": ([SYSTEM, ANSWER], {}),
-    "system, call, tool, answer": ([SYSTEM, CALL, TOOL, ANSWER], {"tools": TOOLS}),
+    "reasoning before a tool call": ([USER, THINKING_CALL, TOOL], {"tools": TOOLS, **GENERATE}),
+    "thinking on": ([USER], {"enable_thinking": True, **GENERATE}),
+    "thinking off": ([USER], {"enable_thinking": False, **GENERATE}),
+    "no user: assistant alone": ([ANSWER], {}),
+    "no user: system, assistant": ([SYSTEM, ANSWER], {}),
+    "no user: system, call, tool, answer": ([SYSTEM, CALL, TOOL, ANSWER], {"tools": TOOLS}),
+    "no user: tool result, generation prompt": ([SYSTEM, TOOL], {"tools": TOOLS, **GENERATE}),
 }
