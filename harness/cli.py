@@ -25,6 +25,7 @@ from harness.matrix import index, newest
 from harness.offline import command as offline_command
 from harness.plans import command as plan_command
 from harness.preflight import command as preflight_command
+from harness.preflight import cpuside_command
 from harness.results.directories import directory_problem
 from harness.results.records import write_json_atomic
 
@@ -144,6 +145,7 @@ def _parser() -> argparse.ArgumentParser:
     cy.add_argument("results", type=Path)
     plan_command.add_parser(sub)
     preflight_command.add_parser(sub)
+    cpuside_command.add_parser(sub)
     offline_command.add_parser(sub)
     return top
 
@@ -491,6 +493,7 @@ def cmd_ci(args) -> int:
 COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo,
             "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect, "plan": plan_command.cmd_plan,
             "checkserver": cmd_checkserver, "preflight": preflight_command.cmd_preflight,
+            "cpu-side": cpuside_command.cmd_cpu_side,
             "wheelhouse": offline_command.cmd_wheelhouse}
 
 

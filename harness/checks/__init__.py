@@ -23,6 +23,13 @@ class CheckSpec:
     summary: str
     backends: tuple[str, ...] = ("fsdp", "megatron")
     timeout: float = 600.0  # seconds; a cell's own timeout overrides it
+    # On an accelerator cell, whether its verdict needs the device itself: the CPU pre-flight on a cell's exact
+    # wheels (harness/preflight/cpuside.py) runs only the checks that do not, with the device forced to cpu.
+    # True unless declared: a check nobody has judged is never run CPU-side.
+    needs_accelerator: bool = True
+    # The part of a check that needs an accelerator that still needs none, run CPU-side when PART_VARIABLE is
+    # set (the check itself returns only that part); "" for none.
+    cpu_part: str = ""
 
 
 CHECKS: dict[str, CheckSpec] = {
@@ -30,13 +37,17 @@ CHECKS: dict[str, CheckSpec] = {
     for spec in (
         CheckSpec("stack-smoke", "harness.checks.stack_smoke",
                   "builds a tiny Qwen3.5 text model from a config and runs forward and backward", timeout=300),
+        # (needs_accelerator: it runs the model with the cell's kernels; where a CUDA cell installs
+        # flash-linear-attention, transformers calls its Triton kernels even on CPU tensors, which cannot run there)
         CheckSpec("patch-parity", "harness.checks.patch_parity",
-                  "every applicable patch gives the stock numbers; packed equals unpacked", ("fsdp",)),
+                  "every applicable patch gives the stock numbers; packed equals unpacked", ("fsdp",),
+                  cpu_part="target audit"),
         CheckSpec("offload-regression", "harness.checks.offload_regression",
                   "text, VL and MoE models under FSDP2 CPU offload: a verdict per host tensor that meets device "
                   "compute, upstream and trainer", ("fsdp",)),
         CheckSpec("nested-chunking", "harness.checks.nested_chunking",
-                  "jagged mRoPE position ids survive micro-batch chunking", ("fsdp", "megatron")),
+                  "jagged mRoPE position ids survive micro-batch chunking", ("fsdp", "megatron"),
+                  needs_accelerator=False),  # its tensors stay on the CPU on every device
         CheckSpec("bridge-parity", "harness.checks.bridge_parity",
                   "HF and megatron-core agree on hybrid Qwen3.5 and MoE (TP1, TP2, EP2): log-probs, grads, round trip",
                   ("megatron",)),
@@ -44,13 +55,13 @@ CHECKS: dict[str, CheckSpec] = {
                   "a short GRPO run raises the reward and follows the reference curve", timeout=900),
         CheckSpec("launch-plans", "harness.checks.launch_plans",
                   "the shipped launch plans (plans/*.toml) checked against this cell's megatron-core, "
-                  "transformers and vLLM rules, with memory per device"),
+                  "transformers and vLLM rules, with memory per device", needs_accelerator=False),
         CheckSpec("vllm-rollout", "harness.checks.vllm_rollout",
                   "the cell's vLLM loads Qwen3.5; its log-probs and greedy tokens match the trainer's, also after a "
                   "GRPO update and a weight sync", timeout=900),
         CheckSpec("vllm-chat-parity", "harness.checks.vllm_chat_parity",
                   "the trainer's tool-call parser and chat rendering agree with vLLM's parser and vLLM's own chat "
-                  "path, token for token", timeout=300),
+                  "path, token for token", timeout=300, needs_accelerator=False),
     )
 }
 
@@ -80,6 +91,15 @@ class CheckOptions:
     model_config: Path | None = None
     mode: str = "sync"  # the cell's mode axis: sync or fully-async (grpo-convergence reads it)
     work_dir: Path = field(default_factory=lambda: Path("."))  # where a check may write artifacts
+
+
+PART_VARIABLE = "HARNESS_CHECK_PART"  # set to NO_ACCELERATOR: a check with a cpu_part runs only that part
+NO_ACCELERATOR = "no-accelerator"
+
+
+def cpu_part_only() -> bool:
+    """Whether this check process was asked for its part that needs no accelerator (CheckSpec.cpu_part)."""
+    return os.environ.get(PART_VARIABLE) == NO_ACCELERATOR
 
 
 def unknown_checks(names: list[str]) -> list[str]:

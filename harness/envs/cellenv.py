@@ -97,14 +97,15 @@ def _run_logged(argv: list[str], log, env: dict[str, str]) -> None:
 def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
           python: str | None = None, from_index: tuple[str, ...] = (), remove: tuple[str, ...] = (),
           from_source: tuple[str, ...] = (), build_env: tuple[tuple[str, str], ...] = (),
-          overrides: tuple[str, ...] = ()) -> CellEnv:
+          overrides: tuple[str, ...] = (), uv_env: dict[str, str] | None = None) -> CellEnv:
     """Create or reuse the environment of one cell on the interpreter at path `python` (default: the
     harness's own); raise SetupFailed with the log's tail.
 
     The other arguments are a cell's install recipe (harness/matrix/recipe.py), applied after the
     pins: exact pins reinstalled from the package index alone, pins built from source with
     `build_env`, then distributions removed. `overrides` are the lines of uv's --override file, from the
-    recipe's `exclude` (distributions left out of the pins' resolution by a never-true marker).
+    recipe's `exclude` (distributions left out of the pins' resolution by a never-true marker). `uv_env`: uv's
+    environment instead of `uv_process_env()` (the CPU pre-flight installs with the runner's index settings).
     """
     python = python or sys.executable
     env = CellEnv(Path(env_root) / cell_id)
@@ -113,7 +114,7 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
     if from_index or remove or from_source or overrides:
         wanted["recipe"] = {"from_index": list(from_index), "remove": list(remove), "from_source": list(from_source),
                             "build_env": dict(build_env), "overrides": list(overrides)}
-    uv, uv_env = uv_binary(), uv_process_env()
+    uv, uv_env = uv_binary(), uv_process_env() if uv_env is None else uv_env
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:

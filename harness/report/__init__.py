@@ -105,6 +105,8 @@ def _entry_json(column: int, entry) -> dict[str, Any]:
     if entry.plain:  # most entries: no optional key is set
         return data
     # Optional keys only when set: a 10,000-cell report stays small and fast to write.
+    if entry.origin:
+        data["origin"] = entry.origin
     if entry.verdicts:
         data["verdicts"] = [{"name": v.name, "status": _VALUE[v.status], "message": v.message, "emulated": v.emulated}
                             for v in entry.verdicts]

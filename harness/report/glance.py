@@ -100,7 +100,8 @@ def _line_html(line: Line, positions: dict[str, int], report: Report, esc: Escap
         check = report.columns[index].check
         status = STATUS_VALUES[entry.status]
         reason = install_reason(entry.message) if is_install_failure(entry.message) else entry.message
-        name = esc[f"{check}: {status}" + (f": {reason}" if reason else "")]
+        origin = f" ({entry.origin})" if entry.origin else ""  # a CPU pre-flight's, or awaiting a runner
+        name = esc[f"{check}: {status}{origin}" + (f": {reason}" if reason else "")]
         cells[positions[check]] = (f'<td><a class="m s-{status}" href="#e{line.row}-{index}" aria-label="{name}">'
                                    f"{STATUS_LETTERS[entry.status]}</a></td>")
     why = esc[line.why]

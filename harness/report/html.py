@@ -145,7 +145,7 @@ def _entry(entry: Entry, plot_id: str | None, esc: Escaper, install: str | None 
     middle = _rare_middle(entry, plot_id, esc) if plot_id or entry.reused or entry.rejected_links or entry.verdicts \
         else ""
     tail = _rare_tail(entry, esc) if entry.repro or entry.change or entry.attempts or entry.flaky \
-        or entry.failure_class or entry.known_failure else ""
+        or entry.failure_class or entry.known_failure or entry.origin else ""
     return f"{_OPEN[entry.status]}{head}{log}{middle}{message}{tail}</td>"
 
 

@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.checks import CHECKS
 from harness.matrix.axes import VERSION_AXES
+from harness.results import cpu_side
 from harness.results.install_verdict import RUNNER, InstallVerdict, of_check
 from harness.results.records import CellResult, CheckResult, Status, did_not_run
 from harness.trust.repro import command as repro_command
@@ -189,6 +190,7 @@ class Entry:
     plain: bool = False
     install: InstallVerdict | None = None  # the check did not run: its cell could not be installed, and why
     standing: bool = False  # its only failures are standing findings (Report.standing), shown once
+    origin: str | None = None  # "from CPU pre-flight" or "awaits a runner" (results/cpu_side.py); None: a runner's
 
 
 def reused_mark(cell_id: str) -> tuple[str, str | None]:
@@ -198,7 +200,7 @@ def reused_mark(cell_id: str) -> tuple[str, str | None]:
 
 def entry_extras(entry: Entry) -> list[str]:
     """Plain-text remarks shown after an entry by every renderer (each escapes them)."""
-    extras = []
+    extras = [entry.origin] if entry.origin else []
     if entry.change in ("new failure", "fixed"):
         extras.append(entry.change.upper())
     if entry.flaky:
@@ -323,6 +325,7 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
         has_curve = has_curve or any("reward_curve" in v.metrics for v in check.verdicts)
     flaky, attempts, original = bool(check.flaky), len(check.attempts), check.original_status
     install = of_check(check) if check.status is Status.ERROR else None
+    origin = cpu_side.origin(metrics) if cpu_side.KEY in metrics else None
     message, failure_class, known = check.message, check.failure_class, check.known_failure
     if install is not None:  # one line with the resolver's reason; the resolver's output is in the log
         message, failure_class, known = install.text(), install.failure_class, None
@@ -331,14 +334,14 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
     repro = repro_command(cell_id, column.check) if check.status not in _NO_REPRO or flaky else ""
     series = plot.convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None
     rare = (not plain_log or verdicts or rejected or emulated or series or repro or flaky or attempts
-            or original is not None or known or failure_class or check.reused_from or install)
+            or original is not None or known or failure_class or check.reused_from or install or origin)
     # An install failure keeps the resolver's reason whole (it is one line, and comes after uv's command).
     shown = clean_text(message, INSTALL_MESSAGE_LIMIT) if is_install_failure(message) else messages[message]
     return Entry(
         cell_id, column.check, check.status, shown, check.duration, log, lock, rejected,
         verdicts, emulated, _known_failure(known) if known else None, original,
         series, clean_text(failure_class, 20) if failure_class else None, flaky, attempts, None, repro,
-        reused_mark(check.reused_from) if check.reused_from else None, not rare, install,
+        reused_mark(check.reused_from) if check.reused_from else None, not rare, install, origin=origin,
     )
 
 
@@ -441,8 +444,10 @@ def pass_ranges(cells: Iterable[CellResult], axes: Iterable[str] = PACKAGE_AXES,
     judged: dict[tuple, bool] = {}  # per combination of the axes' values: cells of one row share one
     for cell in cells:
         failing = _is_failing(cell, standing)
-        if failing is None or (cell.environment.get("preflight") and not failing):
-            continue  # not installable here, or installs with no check run yet: no evidence of support
+        if failing is None or (cell.environment.get("preflight") and not failing) or cell.environment.get(cpu_side.KEY):
+            # not installable here, or installs with no check run yet, or checked on CPU only (an accelerator row's
+            # CPU pre-flight: its GPU-only kernels cannot run there): no evidence of support either way
+            continue
         key = tuple([cell.axes.get(axis) for axis in axes])
         judged[key] = judged.get(key, False) or failing
     combos = list(judged.items())

@@ -9,13 +9,15 @@ Verdicts, on the text, vision-language and MoE tiny models where each applies:
   rollout-vs-trainer:*  the rollout engine's sampled-token log-probs against the trainer's
   npu-parity:*          NPU op patches against the torch reference (from trainers.patches.npu_ops)
 The check fails if any verdict fails; `affected` verdicts are evidence about upstream.
+Asked for its part that needs no accelerator (harness.checks.cpu_part_only: the CPU pre-flight of an accelerator
+cell), it gives the target audit alone; the numeric verdicts await a runner.
 """
 from __future__ import annotations
 
 import json
 import time
 
-from harness.checks import CheckOptions
+from harness.checks import CheckOptions, cpu_part_only
 from harness.checks.patch_parity.inputs import Tolerance
 from harness.results.records import CheckResult, Status, Verdict
 
@@ -68,6 +70,13 @@ def run(options: CheckOptions) -> CheckResult:
     set_cpu_threads()
     patches = all_patches()
     verdicts = audit_verdicts(patches)
+    if cpu_part_only():  # no model is built: the numbers are the device's to give
+        status, message = overall(verdicts)
+        if status is Status.PASS:
+            message = f"{len(verdicts)} audit verdicts, no target missing"
+        return CheckResult(NAME, status, f"target audit only, the numeric verdicts await a runner: {message}",
+                           verdicts=verdicts,
+                           metrics={"part": "target audit", "patches": [p.name for p in patches]})
     models = Models(options.seed, _overrides(options))
     try:
         models.get(options.model)
