@@ -80,6 +80,7 @@ class CheckOptions:
     model_config: Path | None = None
     mode: str = "sync"  # the cell's mode axis: sync or fully-async (grpo-convergence reads it)
     work_dir: Path = field(default_factory=lambda: Path("."))  # where a check may write artifacts
+    max_ranks: int | None = None  # the most ranks a check may start at once ([matrix] max_ranks); None: no limit
 
 
 def unknown_checks(names: list[str]) -> list[str]:

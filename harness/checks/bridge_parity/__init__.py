@@ -47,10 +47,17 @@ LOGPROB_ATOL = 1e-4
 GRAD_RTOL = 1e-2
 WORKER_TIMEOUT = 480.0
 THREADS = {"OMP_NUM_THREADS": "1"}
-# job -> (tensor parallel, expert parallel, cases)
+# job -> (tensor parallel, expert parallel, cases); the last runs where megatron-bridge is installed
 JOBS = {"tp1": (1, 1, "text-hybrid,moe-hybrid,text-full-attention"),
         "tp2": (2, 1, "text-hybrid,moe-hybrid"),
-        "ep2": (1, 2, "moe-hybrid")}
+        "ep2": (1, 2, "moe-hybrid"),
+        megatron_bridge.JOB: (1, 1, ",".join(megatron_bridge.PREFIX + case for case in megatron_bridge.CASES))}
+
+
+def default_jobs(max_ranks: int | None, library: bool) -> tuple[str, ...]:
+    """The jobs to run: those of at most `max_ranks` ranks (None: all), Megatron-Bridge's only with `library`."""
+    return tuple(job for job, (tp, ep, _) in JOBS.items()
+                 if (max_ranks is None or tp * ep <= max_ranks) and (library or job != megatron_bridge.JOB))
 
 
 def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, timeout: float) -> tuple[dict, str]:
@@ -161,10 +168,13 @@ def _skip_reason() -> str | None:
     return None if qwen35 else f"Qwen3.5 is unavailable in transformers {_version('transformers')}"
 
 
-def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] = tuple(JOBS)) -> CheckResult:
+def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] | None = None) -> CheckResult:
     skip = _skip_reason()
     if skip:
         return CheckResult(NAME, Status.SKIP, skip)
+    version = megatron_bridge.installed_version()
+    if jobs is None:
+        jobs = default_jobs(options.max_ranks, version is not None)
     work = Path(options.work_dir) / "bridge-parity"
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -176,20 +186,26 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     for job in jobs:  # forked ranks die with this process (and are killed on any exception)
         results[job], launchers[job] = _run_job(job, options, work, broken,
                                                 max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
-    # after the ranks: importing Megatron-Bridge starts native threads, and ranks fork only from a process without
-    library_bridges = megatron_bridge.probe()
+    project_jobs = [job for job in jobs if job != megatron_bridge.JOB]
     verdicts = [parity_verdict(f"{case}-{job}", results[job].get(case), work / f"{job}.log")
-                for job in jobs for case in JOBS[job][2].split(",")]
+                for job in project_jobs for case in JOBS[job][2].split(",")]
     if "tp1" in jobs:
         verdicts.append(packed_verdict(results["tp1"].get("text-hybrid")))
-    verdicts = [megatron_bridge.attributed(v) for v in verdicts + megatron_bridge.verdicts(library_bridges)]
-    case = next((c for r in results.values() for k, c in r.items() if k != "kernels" and "bridge_support" in c), {})
+    if megatron_bridge.JOB in jobs:
+        verdicts += megatron_bridge.verdicts(results[megatron_bridge.JOB], version, LOGPROB_ATOL, GRAD_RTOL,
+                                             _log_tail(work / f"{megatron_bridge.JOB}.log"))
+    verdicts = [megatron_bridge.attributed(v) for v in verdicts]
+    library = results.get(megatron_bridge.JOB, {})
+    case = next((c for r in results.values() for c in r.values() if isinstance(c, dict) and "bridge_support" in c), {})
     support = case.get("bridge_support", {})
     kernels = next((r["kernels"] for r in results.values() if "kernels" in r), {})
     metrics = {"bridge": case.get("bridge"), "mbridge": support.get("mbridge"),
                "mbridge_error": support.get("mbridge_error"), "megatron_bridge": support.get("megatron_bridge"),
                "megatron_bridge_error": support.get("megatron_bridge_error"),
-               "megatron_bridge_bridges": {case: entry["bridge"] for case, entry in library_bridges.items()},
+               "megatron_bridge_import": library.get("import"),
+               "megatron_bridge_overrides": next((c["overrides"] for c in library.values()
+                                                  if isinstance(c, dict) and "overrides" in c), None),
+               "max_ranks": options.max_ranks,
                "megatron_core": _version("megatron-core"),
                **kernels, "tolerance": LOGPROB_ATOL, "grad_tolerance": GRAD_RTOL,
                "max_abs_logprob_error": max((v.metrics.get("max_abs_logprob_error") or 0.0 for v in verdicts),
@@ -201,5 +217,5 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     if failed:
         return CheckResult(NAME, Status.FAIL, f"failed: {', '.join(failed)}", metrics=metrics, verdicts=verdicts)
     return CheckResult(NAME, Status.PASS, "HF and megatron-core agree on hybrid Qwen3.5 and Qwen3.5-MoE "
-                       f"({', '.join(jobs)}; bridge {metrics['bridge']}){megatron_bridge.summary(library_bridges)}",
+                       f"({', '.join(project_jobs)}; bridge {metrics['bridge']}){megatron_bridge.summary(verdicts)}",
                        metrics=metrics, verdicts=verdicts)
