@@ -38,7 +38,8 @@ CHECKS: dict[str, CheckSpec] = {
         CheckSpec("nested-chunking", "harness.checks.nested_chunking",
                   "jagged mRoPE position ids survive micro-batch chunking", ("fsdp", "megatron")),
         CheckSpec("bridge-parity", "harness.checks.bridge_parity",
-                  "HF and megatron-core agree on hybrid Qwen3.5 and MoE (TP1, TP2, EP2): log-probs, grads, round trip",
+                  "HF and megatron-core agree on hybrid Qwen3.5 and MoE (TP1, TP2, EP2; Megatron-Bridge's own bridges "
+                  "too): log-probs, grads, round trip",
                   ("megatron",)),
         CheckSpec("grpo-convergence", "harness.checks.grpo_convergence",
                   "a short GRPO run raises the reward and follows the reference curve", timeout=900),

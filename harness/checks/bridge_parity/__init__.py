@@ -7,7 +7,8 @@ Three jobs run one after the other: TP=1 (one rank), TP=2 and EP=2 (2 CPU ranks 
 forked from this process (harness.checks.support.forked_ranks: torchrun's environment, without a launcher and ranks
 that import torch, transformers and megatron-core again, which took most of the check's time); the
 worker is harness.checks.bridge_parity.ranks's `main`, the same as `python -m harness.checks.bridge_parity.ranks` under
-torchrun. Per model and job one verdict, holding:
+torchrun. `max_ranks` (the matrix's `[matrix] max_ranks`, `harness check --max-ranks`) keeps only the jobs
+of at most that many ranks: 1 runs TP=1 alone, for a one-GPU runner. Per model and job one verdict, holding:
 - forward: log-probs of a left-padded BSHD batch on real tokens, max abs error <= LOGPROB_ATOL;
 - round trip: HF -> Megatron (sharded) -> HF bitwise equal;
 - gradients: the same loss through both, the Megatron gradients reduced as the trainer reduces
@@ -18,10 +19,17 @@ accepted and keeps sequences apart -> pass; accepted but leaks state across them
 Where megatron-core's GDN refuses packed input only in the deterministic mode the harness sets (no FLA),
 the probe asks it again outside that mode (packed.py) and the verdict says which refused.
 `text-full-attention-tp1` (every layer full attention) is an extra comparison, not the Megatron
-verdict. Each verdict names the bridge that converted the weights (message and metrics); Megatron-Bridge's
-own Qwen3.5 bridges get verdicts of their own (megatron_bridge.py: `megatron-bridge/<model>`), and a verdict
-named for Megatron-Bridge that another bridge produced fails. Metrics keep the bridges' own errors
-(mbridge, Megatron-Bridge) and the names the kernel shim bound where FLA / Transformer Engine are absent.
+verdict. Each verdict names the bridge that converted the weights (message and metrics).
+Where megatron-bridge is installed a fourth job (one rank) runs Megatron-Bridge's own Qwen35Bridge and
+Qwen35MoEBridge end to end (library.py: its AutoBridge, provider, load and export), with four verdicts per
+model, `megatron-bridge/<model>/{roundtrip,logprobs,grads,project-mapping}` (megatron_bridge.py), and
+`megatron-bridge/vl` a skip naming the lines of its VL provider that build the vision tower from Transformer
+Engine. On CPU two stand-ins make that possible and each result records them: an import-only Transformer
+Engine for the one module that imports it unguarded (te_import.py), and a layer spec with TE's parameter
+layout from megatron-core's local modules for the provider (te_layout.py); the provider settings changed
+for CPU are listed with the code that needs each. A verdict named for Megatron-Bridge that another bridge
+produced fails. Metrics keep the bridges' own errors and the names the kernel shim bound where FLA /
+Transformer Engine are absent.
 SKIP where megatron-core or Qwen3.5 is not installed.
 """
 from __future__ import annotations
