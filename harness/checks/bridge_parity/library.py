@@ -12,8 +12,7 @@ only measures:
   (the GDN out_norm mapping subtracts 1), against Megatron's own gradients;
 - project: the Megatron weights Megatron-Bridge loaded against those of the project mapping
   (trainers/megatron/mapping.py) from the same HF weights, tensor by tensor (te_layout.project_name).
-On CPU the provider gets the settings in `cpu_overrides` (each with the code that needs it), recorded
-per result; the comparison itself needs `COMPARISON` (HF's loss has no MoE auxiliary loss).
+The provider's CPU settings and the VL reason are provider.py's.
 `--break` pieces (tests): mb-perturb (a weight changed after loading), mb-drop (the export loses a
 tensor), mb-mapping (A_log and dt_bias exchanged in Megatron-Bridge's mapping, both ways), mb-grad
 (Megatron's A_log gradients doubled).
@@ -28,43 +27,6 @@ from pathlib import Path
 # case -> (zoo model kind, the bridge class Megatron-Bridge must pick)
 CASES = {"text-hybrid": ("text", "Qwen35Bridge"), "moe-hybrid": ("moe", "Qwen35MoEBridge")}
 BREAKS = ("mb-perturb", "mb-drop", "mb-mapping", "mb-grad")
-COMPARISON = {"moe_router_load_balancing_type": "none", "moe_aux_loss_coeff": 0.0, "parallel_output": False}
-
-
-def cpu_overrides() -> dict:
-    """{provider field: (value, why)} for a CPU rank."""
-    from trainers.megatron.kernel_shim import fla_available
-
-    from . import te_layout
-
-    return {
-        "transformer_impl": ("local", "the provider's block spec (megatron-core's experimental attention variant "
-                             "spec) asserts transformer_impl == 'transformer_engine'"),
-        "transformer_layer_spec": (te_layout.block_spec, "TE's layer layout from megatron-core's local modules "
-                                   "(bridge_parity/te_layout.py)"),
-        "moe_grouped_gemm": (False, "grouped-GEMM experts are Transformer Engine's"),
-        "moe_permute_fusion": (False, "Transformer Engine's fused permutation"),
-        "moe_token_dispatcher_type": ("allgather", "MoEAlltoAllTokenDispatcher.__init__ creates a torch.cuda.Stream "
-                                      "(megatron/core/transformer/moe/token_dispatcher.py)"),
-        "masked_softmax_fusion": (False, "a CUDA kernel"),
-        "deterministic_mode": (not fla_available(), "megatron-core's pure-torch gated delta rule where "
-                               "flash-linear-attention is absent"),
-    }
-
-
-def _apply(provider, on_cpu: bool) -> dict:
-    import torch
-
-    settings = {**({k: v for k, (v, _) in cpu_overrides().items()} if on_cpu else {}), **COMPARISON,
-                "autocast_dtype": torch.float32}
-    recorded = {}
-    for key, value in settings.items():
-        recorded[key] = {"from": repr(getattr(provider, key, None))[:80], "to": getattr(value, "__name__", repr(value))}
-        setattr(provider, key, value)
-    if on_cpu:
-        for key, (_, why) in cpu_overrides().items():
-            recorded[key]["why"] = why
-    return recorded
 
 
 def _checkpoint(folder: Path) -> dict:
@@ -95,15 +57,6 @@ def _corrupt_mapping(bridge_class) -> None:
     bridge_class.mapping_registry = corrupted
 
 
-def _build(folder: Path, bridge, on_cpu: bool):
-    provider = bridge.to_megatron_provider(load_weights=False)
-    overrides = _apply(provider, on_cpu)
-    provider.finalize()
-    model = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True,
-                                               mixed_precision_wrapper=None, fp16=False, bf16=False)
-    return model, overrides
-
-
 def compare(case: str, seed: int, broken: str | None, work: Path, on_cpu: bool = True) -> dict:
     """One model through Megatron-Bridge's bridge on this (only) rank."""
     import torch
@@ -113,6 +66,7 @@ def compare(case: str, seed: int, broken: str | None, work: Path, on_cpu: bool =
     from trainers.megatron.model import build_hf_variant, megatron_logits
     from trainers.rollout import positions_from_mask
 
+    from . import provider
     from .ranks import batch
 
     started = time.perf_counter()
@@ -126,7 +80,7 @@ def compare(case: str, seed: int, broken: str | None, work: Path, on_cpu: bool =
            "bridge_class": bridge_class.__name__, "expected_class": expected, "tp": 1, "ep": 1}
     if broken == "mb-mapping":
         _corrupt_mapping(bridge_class)
-    models, out["overrides"] = _build(folder, bridge, on_cpu)
+    models, out["overrides"] = provider.build(bridge, on_cpu)
     model = models[0]
     bridge.load_hf_weights(models)
     if broken == "mb-perturb":
@@ -235,34 +189,9 @@ def _gradients(hf, models, bridge, ids, mask, padding_idx, folder: Path, broken)
     return {"max_rel_grad_error": errors[worst], "worst_grad": worst, "grads_compared": len(errors)}
 
 
-def vl_reason() -> dict:
-    """Why Qwen35VLBridge's model is not built on a CPU runner, read from the installed provider: the lines
-    of its vision-encoder spec that name Transformer Engine modules (no local alternative is offered)."""
-    import inspect
-    import re
-
-    try:
-        from megatron.bridge.models.qwen_vl import qwen35_vl_bridge, qwen35_vl_provider
-
-        qwen35_vl_bridge.Qwen35VLBridge  # noqa: B018  (the bridge itself imports)
-        builder = qwen35_vl_provider._qwen35_build_vision_encoder_spec
-        lines, start = inspect.getsourcelines(builder)
-        path = "megatron/bridge/" + inspect.getsourcefile(builder).replace("\\", "/").split("/megatron/bridge/", 1)[1]
-    except Exception as exc:  # noqa: BLE001 - a release that moved it: say so instead of guessing
-        return {"reason": f"the VL provider's vision spec could not be read ({type(exc).__name__}: {exc})"}
-    where = [f"{path} line {start + i}: `{line.strip()}`" for i, line in enumerate(lines)
-             if re.search(r"transformer_engine|\bTE[A-Z]\w+", line)]
-    if not where:
-        return {"reason": f"{path} builds the vision tower without Transformer Engine here; not yet driven",
-                "where": []}
-    return {"reason": f"its vision tower is built only from Transformer Engine modules ({where[0]}; "
-                      f"{len(where)} such lines in {builder.__name__}), which have no CPU build; the GPU evidence "
-                      "run covers it", "where": where}
-
-
 def run(cases: list[str], seed: int, broken: str | None, work: Path, on_cpu: bool = True) -> dict:
     """{"import": ..., case: result or {"error"}} on this rank; the TE stand-in installed first where needed."""
-    from . import te_import
+    from . import provider, te_import
 
     te_import.install()
     results: dict = {}
@@ -275,7 +204,7 @@ def run(cases: list[str], seed: int, broken: str | None, work: Path, on_cpu: boo
         return results
     results["import"] = {"error": None, **te_import.record()}
     work.mkdir(parents=True, exist_ok=True)
-    results["vl"] = vl_reason()
+    results["vl"] = provider.vl_reason()
     for case in cases:
         try:
             results[case] = compare(case, seed, broken, work, on_cpu)
