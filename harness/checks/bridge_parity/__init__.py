@@ -211,8 +211,8 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
                "mbridge_error": support.get("mbridge_error"), "megatron_bridge": support.get("megatron_bridge"),
                "megatron_bridge_error": support.get("megatron_bridge_error"),
                "megatron_bridge_import": library.get("import"),
-               "megatron_bridge_overrides": next((c["overrides"] for c in library.values()
-                                                  if isinstance(c, dict) and "overrides" in c), None),
+               "megatron_bridge_overrides": next((library[c]["overrides"] for c in reversed(megatron_bridge.CASES)
+                                                  if "overrides" in library.get(c, {})), None),  # MoE's: all apply
                "max_ranks": options.max_ranks,
                "megatron_core": _version("megatron-core"),
                **kernels, "tolerance": LOGPROB_ATOL, "grad_tolerance": GRAD_RTOL,
