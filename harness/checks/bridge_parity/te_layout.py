@@ -25,6 +25,12 @@ import torch
 from trainers.megatron.layer_specs import masked_gated_delta_net
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, offset: float, eps: float) -> torch.Tensor:
+    """RMS normalisation in float32 as HF computes it, scaled by `offset + weight` (offset 1: zero-centred)."""
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * (offset + weight.float())).type_as(x)
+
+
 class CpuRMSNorm(torch.nn.Module):
     """RMSNorm in float32; `x * (1 + w)` where the config asks for zero-centred gamma, else `x * w`."""
 
@@ -37,9 +43,7 @@ class CpuRMSNorm(torch.nn.Module):
             self.weight.sequence_parallel = True  # megatron-core all-reduces such gradients over TP
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (normed * (self.offset + self.weight.float())).type_as(x)
+        return rms_norm(x, self.weight, self.offset, self.eps)
 
 
 @functools.cache
@@ -57,9 +61,7 @@ def layer_norm_column_linear():
                 self.layer_norm_weight.sequence_parallel = True
 
         def forward(self, input_, *args, **kwargs):
-            x32 = input_.float()
-            normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.norm_eps)
-            normed = (normed * (self.norm_offset + self.layer_norm_weight.float())).type_as(input_)
+            normed = rms_norm(input_, self.layer_norm_weight, self.norm_offset, self.norm_eps)
             return super().forward(normed, *args, **kwargs)
 
     return CpuLayerNormColumnParallelLinear
