@@ -20,16 +20,16 @@ Where megatron-core's GDN refuses packed input only in the deterministic mode th
 the probe asks it again outside that mode (packed.py) and the verdict says which refused.
 `text-full-attention-tp1` (every layer full attention) is an extra comparison, not the Megatron
 verdict. Each verdict names the bridge that converted the weights (message and metrics).
-Where megatron-bridge is installed a fourth job (one rank) runs Megatron-Bridge's own Qwen35Bridge and
-Qwen35MoEBridge end to end (library.py: its AutoBridge, provider, load and export), with four verdicts per
-model, `megatron-bridge/<model>/{roundtrip,logprobs,grads,project-mapping}` (megatron_bridge.py), and
-`megatron-bridge/vl` a skip naming the lines of its VL provider that build the vision tower from Transformer
-Engine. On CPU two stand-ins make that possible and each result records them: an import-only Transformer
-Engine for the one module that imports it unguarded (te_import.py), and a layer spec with TE's parameter
-layout from megatron-core's local modules for the provider (te_layout.py); the provider settings changed
-for CPU are listed with the code that needs each. A verdict named for Megatron-Bridge that another bridge
-produced fails. Metrics keep the bridges' own errors and the names the kernel shim bound where FLA /
-Transformer Engine are absent.
+Where megatron-bridge is installed three more jobs (TP=1, TP=2, EP=2) run Megatron-Bridge's own
+Qwen35Bridge and Qwen35MoEBridge end to end (library.py: its AutoBridge, provider, load and export), with
+four verdicts per model and job, `megatron-bridge/<model>-<job>/{roundtrip,logprobs,grads,project-mapping}`
+(megatron_bridge.py), and `megatron-bridge/vl` a skip naming the lines of its VL provider that build the
+vision tower from Transformer Engine. On CPU two stand-ins make that possible and each result records
+them: an import-only Transformer Engine for the one module that imports it unguarded (te_import.py), and
+a layer spec with TE's parameter layout from megatron-core's local modules for the provider
+(te_layout.py); the provider settings changed for CPU are listed with the code that needs each. A
+verdict named for Megatron-Bridge that another bridge produced fails. Metrics keep the bridges' own
+errors and the names the kernel shim bound where FLA / Transformer Engine are absent.
 SKIP where megatron-core or Qwen3.5 is not installed.
 """
 from __future__ import annotations
@@ -55,17 +55,18 @@ LOGPROB_ATOL = 1e-4
 GRAD_RTOL = 1e-2
 WORKER_TIMEOUT = 480.0
 THREADS = {"OMP_NUM_THREADS": "1"}
-# job -> (tensor parallel, expert parallel, cases); the last runs where megatron-bridge is installed
+# job -> (tensor parallel, expert parallel, cases); Megatron-Bridge's run where megatron-bridge is installed
 JOBS = {"tp1": (1, 1, "text-hybrid,moe-hybrid,text-full-attention"),
         "tp2": (2, 1, "text-hybrid,moe-hybrid"),
         "ep2": (1, 2, "moe-hybrid"),
-        megatron_bridge.JOB: (1, 1, ",".join(megatron_bridge.PREFIX + case for case in megatron_bridge.CASES))}
+        **{job: (tp, ep, ",".join(megatron_bridge.PREFIX + case for case in cases))
+           for job, (tp, ep, cases) in megatron_bridge.JOBS.items()}}
 
 
 def default_jobs(max_ranks: int | None, library: bool) -> tuple[str, ...]:
     """The jobs to run: those of at most `max_ranks` ranks (None: all), Megatron-Bridge's only with `library`."""
     return tuple(job for job, (tp, ep, _) in JOBS.items()
-                 if (max_ranks is None or tp * ep <= max_ranks) and (library or job != megatron_bridge.JOB))
+                 if (max_ranks is None or tp * ep <= max_ranks) and (library or job not in megatron_bridge.JOBS))
 
 
 def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, timeout: float) -> tuple[dict, str]:
@@ -194,16 +195,16 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     for job in jobs:  # forked ranks die with this process (and are killed on any exception)
         results[job], launchers[job] = _run_job(job, options, work, broken,
                                                 max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
-    project_jobs = [job for job in jobs if job != megatron_bridge.JOB]
+    project_jobs = [job for job in jobs if job not in megatron_bridge.JOBS]
     verdicts = [parity_verdict(f"{case}-{job}", results[job].get(case), work / f"{job}.log")
                 for job in project_jobs for case in JOBS[job][2].split(",")]
     if "tp1" in jobs:
         verdicts.append(packed_verdict(results["tp1"].get("text-hybrid")))
-    if megatron_bridge.JOB in jobs:
-        verdicts += megatron_bridge.verdicts(results[megatron_bridge.JOB], version, LOGPROB_ATOL, GRAD_RTOL,
-                                             _log_tail(work / f"{megatron_bridge.JOB}.log"))
+    for job in (job for job in jobs if job in megatron_bridge.JOBS):
+        verdicts += megatron_bridge.verdicts(job, results[job], version, LOGPROB_ATOL, GRAD_RTOL,
+                                             _log_tail(work / f"{job}.log"))
     verdicts = [megatron_bridge.attributed(v) for v in verdicts]
-    library = results.get(megatron_bridge.JOB, {})
+    library = next((results[job] for job in jobs if job in megatron_bridge.JOBS), {})
     case = next((c for r in results.values() for c in r.values() if isinstance(c, dict) and "bridge_support" in c), {})
     support = case.get("bridge_support", {})
     kernels = next((r["kernels"] for r in results.values() if "kernels" in r), {})

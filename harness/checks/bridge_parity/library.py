@@ -1,4 +1,4 @@
-"""The rank side of Megatron-Bridge's own Qwen3.5 bridges in bridge-parity (one rank: TP=1, EP=1).
+"""The rank side of Megatron-Bridge's own Qwen3.5 bridges in bridge-parity, on a job's ranks (TP=1, TP=2, EP=2).
 
 Per model (text-hybrid: Qwen35Bridge, moe-hybrid: Qwen35MoEBridge) everything that converts is
 Megatron-Bridge's: the tiny HF model is saved to a folder, `AutoBridge.from_hf_pretrained` picks the
@@ -12,6 +12,8 @@ only measures:
   (the GDN out_norm mapping subtracts 1), against Megatron's own gradients;
 - project: the Megatron weights Megatron-Bridge loaded against those of the project mapping
   (trainers/megatron/mapping.py) from the same HF weights, tensor by tensor (te_layout.project_name).
+Under TP / EP each rank compares its own shards (gradients reduced as the trainer reduces them, grads.py)
+and the ranks' findings are merged (`_merged`); the export gives every rank the full tensors.
 The provider's CPU settings and the VL reason are provider.py's.
 `--break` pieces (tests): mb-perturb (a weight changed after loading), mb-drop (the export loses a
 tensor), mb-mapping (A_log and dt_bias exchanged in Megatron-Bridge's mapping, both ways), mb-grad
@@ -57,10 +59,23 @@ def _corrupt_mapping(bridge_class) -> None:
     bridge_class.mapping_registry = corrupted
 
 
+def _merged(local: dict) -> list[dict]:
+    """Every rank's `local` (this rank's alone without a process group)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [local]
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, local)
+    return everyone
+
+
 def compare(case: str, seed: int, broken: str | None, work: Path, on_cpu: bool = True) -> dict:
-    """One model through Megatron-Bridge's bridge on this (only) rank."""
+    """One model through Megatron-Bridge's bridge on this job's ranks (every rank calls it)."""
     import torch
+    import torch.distributed as dist
     from megatron.bridge import AutoBridge
+    from megatron.core import parallel_state as ps
 
     from trainers.megatron.bridge import megatron_state
     from trainers.megatron.model import build_hf_variant, megatron_logits
@@ -71,16 +86,18 @@ def compare(case: str, seed: int, broken: str | None, work: Path, on_cpu: bool =
 
     started = time.perf_counter()
     kind, expected = CASES[case]
+    tp, ep = ps.get_tensor_model_parallel_world_size(), ps.get_expert_model_parallel_world_size()
     hf = build_hf_variant("hybrid", None, seed=seed, kind=kind).eval()
-    folder = work / case
+    folder = work / f"{case}-rank{dist.get_rank() if dist.is_initialized() else 0}"  # no rank writes another's
     hf.save_pretrained(folder)
     bridge = AutoBridge.from_hf_pretrained(str(folder), torch_dtype=torch.float32)
     bridge_class = type(bridge._model_bridge)
     out = {"bridge": f"megatron-bridge {importlib.metadata.version('megatron-bridge')} ({bridge_class.__name__})",
-           "bridge_class": bridge_class.__name__, "expected_class": expected, "tp": 1, "ep": 1}
+           "bridge_class": bridge_class.__name__, "expected_class": expected, "tp": tp, "ep": ep}
     if broken == "mb-mapping":
         _corrupt_mapping(bridge_class)
-    models, out["overrides"] = provider.build(bridge, on_cpu)
+    # megatron-core refuses to train MoE under TP without sequence parallelism (as the project's model.py)
+    models, out["overrides"] = provider.build(bridge, on_cpu, tp, ep, sequence_parallel=kind == "moe" and tp > 1)
     model = models[0]
     bridge.load_hf_weights(models)
     if broken == "mb-perturb":
@@ -97,7 +114,8 @@ def compare(case: str, seed: int, broken: str | None, work: Path, on_cpu: bool =
                                          or not torch.equal(exported[k], checkpoint[k]))
     out["roundtrip_extra"] = sorted(set(exported) - set(checkpoint))
 
-    out.update(_against_project(hf, megatron_state(model)))
+    out.update(_against_project(hf, megatron_state(model), tp, ps.get_tensor_model_parallel_rank(), ep,
+                                ps.get_expert_model_parallel_rank()))
 
     padding_idx = hf.get_input_embeddings().padding_idx
     ids, mask = batch(hf.config.vocab_size, seed, padding_idx or 0)
@@ -109,18 +127,19 @@ def compare(case: str, seed: int, broken: str | None, work: Path, on_cpu: bool =
     real = mask.bool()
     out["max_abs_logprob_error"] = float((hf_lp - mc_lp)[real].abs().max())
     out["finite"] = bool(torch.isfinite(mc_lp[real]).all())
-    out.update(_gradients(hf, models, bridge, ids, mask, padding_idx, work / f"{case}-grads", broken))
+    out.update(_gradients(hf, models, bridge, ids, mask, padding_idx, folder.with_name(folder.name + "-grads"), broken))
     out["seconds"] = round(time.perf_counter() - started, 3)
     return out
 
 
-def _against_project(hf, library: dict) -> dict:
-    """The project mapping's Megatron tensors against Megatron-Bridge's, in TE's layout names."""
+def _against_project(hf, library: dict, tp: int, tp_rank: int, ep: int, ep_rank: int) -> dict:
+    """The project mapping's Megatron tensors against Megatron-Bridge's, in TE's layout names, shard by shard."""
     from trainers.megatron import mapping
 
     from .te_layout import project_name
 
-    project = mapping.hf_to_megatron({k: v.detach() for k, v in hf.state_dict().items()}, hf.config, 1, 0, 1, 0)
+    project = mapping.hf_to_megatron({k: v.detach() for k, v in hf.state_dict().items()}, hf.config, tp, tp_rank,
+                                     ep, ep_rank)
     worst, mismatched, matched = 0.0, [], set()
     for name, value in project.items():
         te_name, offset = project_name(name, library)
@@ -132,10 +151,12 @@ def _against_project(hf, library: dict) -> dict:
         if value.shape != library[te_name].shape or diff > 0.0:
             mismatched.append(name)
             worst = max(worst, diff if value.shape == library[te_name].shape else float("inf"))
-    return {"project_compared": len(matched), "project_mismatched": sorted(mismatched)[:20],
-            "project_max_abs_diff": worst,
-            "project_unmatched": sorted([n for n in project if project_name(n, library)[0] is None]
-                                        + [n for n in library if n not in matched])[:20]}
+    unmatched = [n for n in project if project_name(n, library)[0] is None] + [n for n in library if n not in matched]
+    ranks = _merged({"compared": sorted(matched), "mismatched": mismatched, "worst": worst, "unmatched": unmatched})
+    return {"project_compared": len({n for r in ranks for n in r["compared"]}),
+            "project_mismatched": sorted({n for r in ranks for n in r["mismatched"]})[:20],
+            "project_max_abs_diff": max(r["worst"] for r in ranks),
+            "project_unmatched": sorted({n for r in ranks for n in r["unmatched"]})[:20]}
 
 
 def _save_as_checkpoint(hf, values: dict, folder: Path) -> None:
@@ -151,7 +172,7 @@ def _gradients(hf, models, bridge, ids, mask, padding_idx, folder: Path, broken)
     import torch
 
     from trainers.megatron.bridge import megatron_state
-    from trainers.megatron.grads import zero_padding_row
+    from trainers.megatron.grads import Groups, reduce_gradients, zero_padding_row
     from trainers.megatron.model import megatron_logits
     from trainers.rollout import positions_from_mask
 
@@ -168,6 +189,8 @@ def _gradients(hf, models, bridge, ids, mask, padding_idx, folder: Path, broken)
     (-(local * local_valid).sum() / local_valid.sum()).backward()
     model.eval()
     zero_padding_row(model, padding_idx)
+    # TE's layout keeps the project's names for split weights, so the trainer's reduction rules apply as they are
+    reduce_gradients(model, Groups.from_megatron(model.config.sequence_parallel))
     got = {n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
            for n, p in model.named_parameters()}
     if broken == "mb-grad":
@@ -181,10 +204,14 @@ def _gradients(hf, models, bridge, ids, mask, padding_idx, folder: Path, broken)
     carried = {n: t.detach().clone() for n, t in megatron_state(model).items()}
     bridge.load_hf_weights(models, hf_path=str(folder / "zeros"))
     offsets = megatron_state(model)
-    errors = {}
+    local = {}
     for name, grad in got.items():
         want = carried[name] - offsets[name]
-        errors[name] = float((grad - want).abs().max()) / (float(want.abs().max()) or 1.0)
+        local[name] = (float((grad - want).abs().max()), float(want.abs().max()))
+    ranks, errors = _merged(local), {}  # a split tensor's error over all its shards: max |diff| / max |g_hf|
+    for name in local:
+        diffs, scales = zip(*(r[name] for r in ranks if name in r))
+        errors[name] = max(diffs) / (max(scales) or 1.0)
     worst = max(errors, key=errors.get)
     return {"max_rel_grad_error": errors[worst], "worst_grad": worst, "grads_compared": len(errors)}
 

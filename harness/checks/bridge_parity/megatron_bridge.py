@@ -2,8 +2,9 @@
 
 Megatron-Bridge (0.6+) registers Qwen35Bridge and Qwen35MoEBridge (megatron/bridge/models/qwen/
 qwen35_bridge.py) and Qwen35VLBridge (qwen_vl/qwen35_vl_bridge.py). Where megatron-bridge is installed,
-one rank runs library.py: Megatron-Bridge converts, the rank measures. Four verdicts per model
-(`megatron-bridge/<model>/<aspect>`), each naming the bridge class and release (`metrics["bridge"]`):
+library.py runs on the ranks of three jobs (TP=1, TP=2, EP=2, as the project mapping's): Megatron-Bridge
+converts, the ranks measure. Four verdicts per model and job (`megatron-bridge/<model>-<tp1|tp2|ep2>/<aspect>`),
+each naming the bridge class and release (`metrics["bridge"]`):
 `roundtrip` (HF -> Megatron -> HF bitwise), `logprobs` and `grads` (against HF, the project's
 tolerances) and `project-mapping` (Megatron-Bridge's Megatron weights equal the project mapping's).
 A model whose bridge is not the one registered for it fails. `megatron-bridge/vl` is a skip whose reason
@@ -25,8 +26,10 @@ from harness.results.records import Status, Verdict
 
 PREFIX = "megatron-bridge/"
 DISTRIBUTION = "megatron-bridge"
-JOB = "megatron-bridge"
 CASES = ("text-hybrid", "moe-hybrid")
+# bridge-parity's jobs for Megatron-Bridge -> (tensor parallel, expert parallel, models); verdicts carry the suffix
+JOBS = {"megatron-bridge-tp1": (1, 1, CASES), "megatron-bridge-tp2": (2, 1, CASES),
+        "megatron-bridge-ep2": (1, 2, ("moe-hybrid",))}
 CLASSES = {"text-hybrid": "Qwen35Bridge", "moe-hybrid": "Qwen35MoEBridge", "vl": "Qwen35VLBridge"}
 ASPECTS = ("roundtrip", "logprobs", "grads", "project-mapping")
 
@@ -99,32 +102,38 @@ def _aspects(case: str, data: dict, imported: dict, atol: float, rtol: float) ->
     return out
 
 
-def verdicts(results: dict | None, version: str | None, atol: float, rtol: float, log_tail: str = "") -> list[Verdict]:
-    """The Megatron-Bridge verdicts from what its rank wrote (None: the rank produced nothing)."""
+def verdicts(job: str, results: dict | None, version: str | None, atol: float, rtol: float,
+             log_tail: str = "") -> list[Verdict]:
+    """The Megatron-Bridge verdicts of one job from what its rank 0 wrote (None or {}: the ranks produced nothing);
+    the VL skip and an import failure come with the first job only (they do not depend on the layout)."""
     if version is None:
         return []
+    first = job == next(iter(JOBS))
+    suffix = job.rsplit("-", 1)[1]
+    cases = JOBS[job][2]
     if not results:
-        return [Verdict(f"{PREFIX}{case}/{aspect}", Status.FAIL, f"the Megatron-Bridge rank produced no result; "
-                        f"log tail: {log_tail}", metrics={"bridge": _named(case, version)})
-                for case in CASES for aspect in ASPECTS]
+        return [Verdict(f"{PREFIX}{case}-{suffix}/{aspect}", Status.FAIL, f"the Megatron-Bridge ranks produced no "
+                        f"result; log tail: {log_tail}", metrics={"bridge": _named(case, version)})
+                for case in cases for aspect in ASPECTS]
     imported = results.get("import", {})
     if imported.get("error"):
         where = f" at {imported['where']}" if imported.get("where") else ""
         return [Verdict(f"{PREFIX}{case}", Status.SKIP, f"{_named(case, version)} cannot be imported on this runner: "
                         f"{imported['error']}{where}", metrics={"bridge": _named(case, version), **imported})
-                for case in (*CASES, "vl")]
+                for case in (*CASES, "vl")] if first else []
     out = []
-    for case in CASES:
+    for case in cases:
         data = results.get(case) or {"error": "no result"}
         if "error" in data:  # Megatron-Bridge (or megatron-core) raised: its own words
-            out.append(Verdict(f"{PREFIX}{case}", Status.FAIL, f"{_named(case, version)}: {data['error']}",
+            out.append(Verdict(f"{PREFIX}{case}-{suffix}", Status.FAIL, f"{_named(case, version)}: {data['error']}",
                                metrics={"bridge": _named(case, version), **imported}))
         else:
-            out.extend(_aspects(case, data, imported, atol, rtol))
-    vl = results.get("vl") or {}
-    out.append(Verdict(f"{PREFIX}vl", Status.SKIP, f"{_named('vl', version)} imports here but is not run on a CPU "
-                       f"runner: {vl.get('reason', 'no reason recorded')}",
-                       metrics={"bridge": _named("vl", version), "where": vl.get("where", [])}))
+            out.extend(_aspects(f"{case}-{suffix}", data, imported, atol, rtol))
+    if first:
+        vl = results.get("vl") or {}
+        out.append(Verdict(f"{PREFIX}vl", Status.SKIP, f"{_named('vl', version)} imports here but is not run on a "
+                           f"CPU runner: {vl.get('reason', 'no reason recorded')}",
+                           metrics={"bridge": _named("vl", version), "where": vl.get("where", [])}))
     return out
 
 

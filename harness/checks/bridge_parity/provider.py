@@ -50,10 +50,12 @@ def _apply(provider, on_cpu: bool) -> dict:
     return recorded
 
 
-def build(bridge, on_cpu: bool):
-    """The bridge's provider, set for this runner, and the model it provides ([model], recorded settings)."""
+def build(bridge, on_cpu: bool, tp: int = 1, ep: int = 1, sequence_parallel: bool = False):
+    """The bridge's provider, set for this runner and job, and the model it provides ([model], recorded settings)."""
     provider = bridge.to_megatron_provider(load_weights=False)
     overrides = _apply(provider, on_cpu)
+    provider.tensor_model_parallel_size, provider.expert_model_parallel_size = tp, ep
+    provider.sequence_parallel = sequence_parallel
     provider.finalize()
     model = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True,
                                                mixed_precision_wrapper=None, fp16=False, bf16=False)

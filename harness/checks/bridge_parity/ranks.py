@@ -13,7 +13,7 @@ gdn-head-order (value heads reversed in the fused in_proj), expert-swap (experts
 exchanged), qkv (query and gate rows exchanged), shim-l2norm (the kernel shim leaves out l2norm),
 grad-skip (GDN parameters' gradients not reduced), padding-row (the pad token's embedding row
 trained, unlike HF's padding_idx), packed (packed input without its boundaries); library.py's own (mb-...) for
-the `megatron-bridge/<model>` cases, which run through Megatron-Bridge's bridge on one rank.
+the `megatron-bridge/<model>` cases, which run through Megatron-Bridge's own bridge (library.py).
 """
 from __future__ import annotations
 
@@ -203,8 +203,8 @@ def run_cases(args) -> dict:
         if library_cases:
             from . import library
 
-            results.update(library.run(library_cases, args.seed, args.broken, Path(args.out).parent / "megatron-bridge",
-                                       on_cpu=plan.type == "cpu"))
+            work = Path(args.out).with_suffix("")  # the job's own folder beside its result file
+            results.update(library.run(library_cases, args.seed, args.broken, work, on_cpu=plan.type == "cpu"))
         for case in (c for c in cases if not c.startswith(LIBRARY_PREFIX)):
             kind, variant = case.split("-", 1)
             try:

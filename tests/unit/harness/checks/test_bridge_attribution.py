@@ -31,13 +31,14 @@ def test_the_check_passes_every_verdict_through_the_guard(tmp_path, monkeypatch)
     monkeypatch.setattr(bridge_parity, "_run_job", lambda job, *a: ({"text-hybrid": PROJECT}, "forked"))
     monkeypatch.setattr(megatron_bridge, "installed_version", lambda: "0.6.2")
     monkeypatch.setattr(megatron_bridge, "verdicts", lambda *a, **k: [bridge_parity.parity_verdict(
-        "megatron-bridge/text-hybrid/logprobs", PROJECT, None)])  # a wiring that credits Megatron-Bridge wrongly
-    monkeypatch.setattr(bridge_parity, "JOBS", {"tp1": (1, 1, "text-hybrid"), "megatron-bridge": (1, 1, "")})
+        "megatron-bridge/text-hybrid-tp1/logprobs", PROJECT, None)])  # a wiring that credits Megatron-Bridge wrongly
+    monkeypatch.setattr(bridge_parity, "JOBS", {"tp1": (1, 1, "text-hybrid"), "megatron-bridge-tp1": (1, 1, "")})
     monkeypatch.setattr(bridge_parity, "_skip_reason", lambda: None)
-    result = bridge_parity.run(CheckOptions(backend="megatron", work_dir=tmp_path), jobs=("tp1", "megatron-bridge"))
+    result = bridge_parity.run(CheckOptions(backend="megatron", work_dir=tmp_path),
+                               jobs=("tp1", "megatron-bridge-tp1"))
     verdicts = {v.name: v for v in result.verdicts}
     assert verdicts["text-hybrid-tp1"].status == Status.PASS
-    assert verdicts["megatron-bridge/text-hybrid/logprobs"].status == Status.FAIL and result.status == Status.FAIL
+    assert verdicts["megatron-bridge/text-hybrid-tp1/logprobs"].status == Status.FAIL and result.status == Status.FAIL
 
 
 def test_an_import_error_names_the_line_of_megatron_bridges_code_that_raised():

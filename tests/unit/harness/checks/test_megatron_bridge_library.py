@@ -12,11 +12,13 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not HAVE_MEGATRON_BRIDGE, reason="megatron-bridge is not installed")]
 
 
-def _run(tmp_path, broken=None):
+LIBRARY_JOBS = ("megatron-bridge-tp1", "megatron-bridge-tp2", "megatron-bridge-ep2")
+
+
+def _run(tmp_path, broken=None, jobs=LIBRARY_JOBS):
     from harness.checks import CheckOptions, bridge_parity
 
-    result = bridge_parity.run(CheckOptions(backend="megatron", work_dir=tmp_path), broken=broken,
-                               jobs=("megatron-bridge",))
+    result = bridge_parity.run(CheckOptions(backend="megatron", work_dir=tmp_path), broken=broken, jobs=jobs)
     return result, {v.name: v for v in result.verdicts}
 
 
@@ -25,10 +27,15 @@ def test_megatron_bridges_own_bridges_agree_with_hf_and_the_project_mapping(tmp_
 
     result, verdicts = _run(tmp_path)
     assert result.status == Status.PASS, result.message
+    layouts = {"text-hybrid": ("tp1", "tp2"), "moe-hybrid": ("tp1", "tp2", "ep2")}
     for case, cls in (("text-hybrid", "Qwen35Bridge"), ("moe-hybrid", "Qwen35MoEBridge")):
-        for aspect in ("roundtrip", "logprobs", "grads", "project-mapping"):
-            verdict = verdicts[f"megatron-bridge/{case}/{aspect}"]
-            assert verdict.status == Status.PASS and verdict.metrics["bridge"].endswith(f"({cls})"), verdict.message
+        for layout in layouts[case]:
+            for aspect in ("roundtrip", "logprobs", "grads", "project-mapping"):
+                verdict = verdicts[f"megatron-bridge/{case}-{layout}/{aspect}"]
+                assert verdict.status == Status.PASS, verdict.message
+                assert verdict.metrics["bridge"].endswith(f"({cls})")
+                assert (verdict.metrics["tp"], verdict.metrics["ep"]) == {"tp1": (1, 1), "tp2": (2, 1),
+                                                                          "ep2": (1, 2)}[layout]
     assert verdicts["megatron-bridge/vl"].status == Status.SKIP
     assert "qwen35_vl_provider.py line" in verdicts["megatron-bridge/vl"].message
     if importlib.util.find_spec("transformer_engine") is None:  # the stand-in reached only the LoRA module
@@ -47,7 +54,7 @@ BROKEN = {"mb-perturb": {"roundtrip", "logprobs", "grads", "project-mapping"},
 def test_each_broken_piece_fails_its_verdicts(tmp_path, broken):
     from harness.results.records import Status
 
-    result, verdicts = _run(tmp_path, broken)
+    result, verdicts = _run(tmp_path, broken, jobs=("megatron-bridge-tp1",))
     failed = {name.rsplit("/", 1)[1] for name, v in verdicts.items()
-              if name.startswith("megatron-bridge/text-hybrid/") and v.status == Status.FAIL}
+              if name.startswith("megatron-bridge/text-hybrid-tp1/") and v.status == Status.FAIL}
     assert failed == BROKEN[broken] and result.status == Status.FAIL

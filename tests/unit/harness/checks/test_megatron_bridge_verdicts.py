@@ -34,14 +34,14 @@ def results() -> dict:
             "vl": {"reason": "its vision tower is built only from Transformer Engine modules (x.py line 507: `...`)"}}
 
 
-def run_verdicts(data):
-    return {v.name: v for v in megatron_bridge.verdicts(data, "0.6.2", bridge_parity.LOGPROB_ATOL,
+def run_verdicts(data, job="megatron-bridge-tp1"):
+    return {v.name: v for v in megatron_bridge.verdicts(job, data, "0.6.2", bridge_parity.LOGPROB_ATOL,
                                                         bridge_parity.GRAD_RTOL)}
 
 
 def test_measured_agreement_passes_every_verdict_each_naming_its_bridge():
     found = run_verdicts(results())
-    assert set(found) == {f"megatron-bridge/{case}/{aspect}" for case in ("text-hybrid", "moe-hybrid")
+    assert set(found) == {f"megatron-bridge/{case}-tp1/{aspect}" for case in ("text-hybrid", "moe-hybrid")
                           for aspect in megatron_bridge.ASPECTS} | {"megatron-bridge/vl"}
     for name, verdict in found.items():
         assert megatron_bridge.attributed(verdict) is verdict
@@ -68,7 +68,7 @@ def test_each_verdict_fails_on_its_broken_measurement_alone(aspect):
     data["text-hybrid"].update(BROKEN[aspect])
     found = run_verdicts(data)
     failed = {name for name, v in found.items() if v.status == Status.FAIL}
-    assert failed == {f"megatron-bridge/text-hybrid/{aspect}"}, failed
+    assert failed == {f"megatron-bridge/text-hybrid-tp1/{aspect}"}, failed
 
 
 @pytest.mark.parametrize("field, value", [("roundtrip_extra", ["model.extra"]), ("finite", False),
@@ -83,7 +83,7 @@ def test_a_model_converted_by_another_bridge_class_fails_every_verdict():
     data = results()
     data["moe-hybrid"]["bridge_class"] = "Qwen3MoEBridge"
     found = run_verdicts(data)
-    moe = [v for n, v in found.items() if n.startswith("megatron-bridge/moe-hybrid/")]
+    moe = [v for n, v in found.items() if n.startswith("megatron-bridge/moe-hybrid-tp1/")]
     assert moe and all(v.status == Status.FAIL and "picked Qwen3MoEBridge, not Qwen35MoEBridge" in v.message
                        for v in moe)
 
@@ -92,9 +92,10 @@ def test_an_error_of_the_bridge_fails_and_no_result_fails_with_the_log():
     data = results()
     data["text-hybrid"] = {"error": "AssertionError: Experimental GPT decoder block spec only supports TE"}
     found = run_verdicts(data)
-    assert found["megatron-bridge/text-hybrid"].status == Status.FAIL
-    assert "AssertionError" in found["megatron-bridge/text-hybrid"].message
-    empty = megatron_bridge.verdicts({}, "0.6.2", 1e-4, 1e-2, "Killed")
+    assert found["megatron-bridge/text-hybrid-tp1"].status == Status.FAIL
+    assert "AssertionError" in found["megatron-bridge/text-hybrid-tp1"].message
+    empty = megatron_bridge.verdicts("megatron-bridge-ep2", {}, "0.6.2", 1e-4, 1e-2, "Killed")
+    assert {v.name for v in empty} == {f"megatron-bridge/moe-hybrid-ep2/{a}" for a in megatron_bridge.ASPECTS}
     assert empty and all(v.status == Status.FAIL and "Killed" in v.message for v in empty)
     assert all(megatron_bridge.attributed(v) is v for v in empty)
 
@@ -106,10 +107,11 @@ def test_an_import_that_still_fails_skips_with_the_line_that_raised():
     found = run_verdicts(data)
     assert set(found) == {"megatron-bridge/text-hybrid", "megatron-bridge/moe-hybrid", "megatron-bridge/vl"}
     assert all(v.status == Status.SKIP and "lora_layers.py line 20" in v.message for v in found.values())
+    assert run_verdicts(data, "megatron-bridge-tp2") == {}  # said once, not once per job
 
 
 def test_without_megatron_bridge_there_is_no_verdict_for_it():
-    assert megatron_bridge.verdicts(results(), None, 1e-4, 1e-2) == []
+    assert megatron_bridge.verdicts("megatron-bridge-tp1", results(), None, 1e-4, 1e-2) == []
     assert megatron_bridge.summary([]) == ""
 
 
@@ -117,7 +119,7 @@ def test_a_verdict_named_for_megatron_bridge_from_the_project_mapping_fails_the_
     data = copy.deepcopy(results())
     data["text-hybrid"]["bridge"] = "project-mapping"  # a wiring that runs the project mapping under its name
     found = [megatron_bridge.attributed(v) for v in run_verdicts(data).values()]
-    text = [v for v in found if v.name.startswith("megatron-bridge/text-hybrid/")]
+    text = [v for v in found if v.name.startswith("megatron-bridge/text-hybrid-tp1/")]
     assert text and all(v.status == Status.FAIL and "produced by project-mapping" in v.message for v in text)
 
 
@@ -172,11 +174,20 @@ def test_project_layout_names_meet_transformer_engines():
     assert te_layout.project_name("decoder.layers.2.input_layernorm.weight", te_names) == (None, 0.0)
 
 
+def test_a_two_rank_job_names_its_layout_and_leaves_the_vl_skip_to_the_first():
+    data = results()
+    data["moe-hybrid"].update(tp=1, ep=2)
+    found = run_verdicts({k: v for k, v in data.items() if k != "text-hybrid"}, "megatron-bridge-ep2")
+    assert set(found) == {f"megatron-bridge/moe-hybrid-ep2/{a}" for a in megatron_bridge.ASPECTS}
+    assert all(v.status == Status.PASS and v.metrics["ep"] == 2 for v in found.values())
+
+
 def test_max_ranks_keeps_only_the_jobs_that_fit():
+    library = ("megatron-bridge-tp1", "megatron-bridge-tp2", "megatron-bridge-ep2")
     assert bridge_parity.default_jobs(1, False) == ("tp1",)
-    assert bridge_parity.default_jobs(1, True) == ("tp1", "megatron-bridge")
+    assert bridge_parity.default_jobs(1, True) == ("tp1", "megatron-bridge-tp1")
     assert bridge_parity.default_jobs(None, False) == ("tp1", "tp2", "ep2")
-    assert bridge_parity.default_jobs(2, True) == ("tp1", "tp2", "ep2", "megatron-bridge")
+    assert bridge_parity.default_jobs(2, True) == ("tp1", "tp2", "ep2", *library)
 
 
 MATRIX = textwrap.dedent("""\
