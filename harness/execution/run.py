@@ -152,6 +152,8 @@ def _check_args(cell: Cell, opts: RunOptions) -> list[str]:
         args += ["--mode", cell.axes["mode"]]
     if opts.steps is not None:
         args += ["--steps", str(opts.steps)]
+    if cell.max_ranks is not None:
+        args += ["--max-ranks", str(cell.max_ranks)]
     return args
 
 

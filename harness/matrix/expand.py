@@ -27,7 +27,8 @@ from .recipe import parse as parse_recipe
 from .rules import KnownFailure, Note, RuleError, Selector, TagRule
 
 TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "runners", "known_failures", "notes"}
-MATRIX_KEYS = {"name", "description", "checks", "timeout", "runner", "python", "memory_limit_mb", "offline"}
+MATRIX_KEYS = {"name", "description", "checks", "timeout", "runner", "python", "memory_limit_mb", "offline",
+               "max_ranks"}
 RULE_KEYS = {"tags": {"tag", "when"}, "runners": {"label", "when"},
              "known_failures": {"check", "verdict", "when", "reason", "link", "expires"}, "notes": {"text", "when"}}
 
@@ -45,6 +46,7 @@ class Cell:
     python: str | None = None  # the interpreter version it names (axis, else [matrix] python); None: the harness's
     install: InstallRecipe = InstallRecipe()  # steps after the pins are installed (from [[include]])
     resolved: tuple = ()  # newest.Resolution per axis whose symbol (`newest`...) was resolved at run start
+    max_ranks: int | None = None  # [matrix] max_ranks: the most ranks one check may start (None: no limit)
 
     def symbolic_axes(self) -> dict[str, str]:
         """Package axes whose value is a symbol such as `newest`, not yet resolved."""
@@ -290,6 +292,9 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
     offline = meta.get("offline", False)
     if not isinstance(offline, bool):
         raise ld.error("matrix.offline", "expected true or false")
+    max_ranks = meta.get("max_ranks")
+    if max_ranks is not None and (not isinstance(max_ranks, int) or isinstance(max_ranks, bool) or max_ranks < 1):
+        raise ld.error("matrix.max_ranks", f"expected a whole number of ranks, at least 1, got {max_ranks!r}")
 
     base = ld.axes_table(data.get("axes"), "axes")
     for axis in ("backend", "model", "device"):
@@ -348,7 +353,7 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         extras, recipe = extra_for[cid]
         cells.append(Cell(name, cid, named, tuple(sorted(tags)), tuple(checks),
                           tuple(k for k in known if k.when.matches(axes)), runner, extras,
-                          axes.get(ax.PYTHON_AXIS), recipe))
+                          axes.get(ax.PYTHON_AXIS), recipe, max_ranks=max_ranks))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
                   default_runner, meta.get("python"), memory, cells, notes, known, offline)
 

@@ -7,7 +7,8 @@ Three jobs run one after the other: TP=1 (one rank), TP=2 and EP=2 (2 CPU ranks 
 forked from this process (harness.checks.support.forked_ranks: torchrun's environment, without a launcher and ranks
 that import torch, transformers and megatron-core again, which took most of the check's time); the
 worker is harness.checks.bridge_parity.ranks's `main`, the same as `python -m harness.checks.bridge_parity.ranks` under
-torchrun. Per model and job one verdict, holding:
+torchrun. `max_ranks` (the matrix's `[matrix] max_ranks`, `harness check --max-ranks`) keeps only the jobs
+of at most that many ranks: 1 runs TP=1 alone, for a one-GPU runner. Per model and job one verdict, holding:
 - forward: log-probs of a left-padded BSHD batch on real tokens, max abs error <= LOGPROB_ATOL;
 - round trip: HF -> Megatron (sharded) -> HF bitwise equal;
 - gradients: the same loss through both, the Megatron gradients reduced as the trainer reduces
@@ -18,10 +19,17 @@ accepted and keeps sequences apart -> pass; accepted but leaks state across them
 Where megatron-core's GDN refuses packed input only in the deterministic mode the harness sets (no FLA),
 the probe asks it again outside that mode (packed.py) and the verdict says which refused.
 `text-full-attention-tp1` (every layer full attention) is an extra comparison, not the Megatron
-verdict. Each verdict names the bridge that converted the weights (message and metrics); Megatron-Bridge's
-own Qwen3.5 bridges get verdicts of their own (megatron_bridge.py: `megatron-bridge/<model>`), and a verdict
-named for Megatron-Bridge that another bridge produced fails. Metrics keep the bridges' own errors
-(mbridge, Megatron-Bridge) and the names the kernel shim bound where FLA / Transformer Engine are absent.
+verdict. Each verdict names the bridge that converted the weights (message and metrics).
+Where megatron-bridge is installed three more jobs (TP=1, TP=2, EP=2) run Megatron-Bridge's own
+Qwen35Bridge and Qwen35MoEBridge end to end (library.py: its AutoBridge, provider, load and export), with
+four verdicts per model and job, `megatron-bridge/<model>-<job>/{roundtrip,logprobs,grads,project-mapping}`
+(megatron_bridge.py), and `megatron-bridge/vl` a skip naming the lines of its VL provider that build the
+vision tower from Transformer Engine. On CPU two stand-ins make that possible and each result records
+them: an import-only Transformer Engine for the one module that imports it unguarded (te_import.py), and
+a layer spec with TE's parameter layout from megatron-core's local modules for the provider
+(te_layout.py); the provider settings changed for CPU are listed with the code that needs each. A
+verdict named for Megatron-Bridge that another bridge produced fails. Metrics keep the bridges' own
+errors and the names the kernel shim bound where FLA / Transformer Engine are absent.
 SKIP where megatron-core or Qwen3.5 is not installed.
 """
 from __future__ import annotations
@@ -47,10 +55,18 @@ LOGPROB_ATOL = 1e-4
 GRAD_RTOL = 1e-2
 WORKER_TIMEOUT = 480.0
 THREADS = {"OMP_NUM_THREADS": "1"}
-# job -> (tensor parallel, expert parallel, cases)
+# job -> (tensor parallel, expert parallel, cases); Megatron-Bridge's run where megatron-bridge is installed
 JOBS = {"tp1": (1, 1, "text-hybrid,moe-hybrid,text-full-attention"),
         "tp2": (2, 1, "text-hybrid,moe-hybrid"),
-        "ep2": (1, 2, "moe-hybrid")}
+        "ep2": (1, 2, "moe-hybrid"),
+        **{job: (tp, ep, ",".join(megatron_bridge.PREFIX + case for case in cases))
+           for job, (tp, ep, cases) in megatron_bridge.JOBS.items()}}
+
+
+def default_jobs(max_ranks: int | None, library: bool) -> tuple[str, ...]:
+    """The jobs to run: those of at most `max_ranks` ranks (None: all), Megatron-Bridge's only with `library`."""
+    return tuple(job for job, (tp, ep, _) in JOBS.items()
+                 if (max_ranks is None or tp * ep <= max_ranks) and (library or job not in megatron_bridge.JOBS))
 
 
 def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, timeout: float) -> tuple[dict, str]:
@@ -161,10 +177,13 @@ def _skip_reason() -> str | None:
     return None if qwen35 else f"Qwen3.5 is unavailable in transformers {_version('transformers')}"
 
 
-def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] = tuple(JOBS)) -> CheckResult:
+def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] | None = None) -> CheckResult:
     skip = _skip_reason()
     if skip:
         return CheckResult(NAME, Status.SKIP, skip)
+    version = megatron_bridge.installed_version()
+    if jobs is None:
+        jobs = default_jobs(options.max_ranks, version is not None)
     work = Path(options.work_dir) / "bridge-parity"
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -176,20 +195,26 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     for job in jobs:  # forked ranks die with this process (and are killed on any exception)
         results[job], launchers[job] = _run_job(job, options, work, broken,
                                                 max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
-    # after the ranks: importing Megatron-Bridge starts native threads, and ranks fork only from a process without
-    library_bridges = megatron_bridge.probe()
+    project_jobs = [job for job in jobs if job not in megatron_bridge.JOBS]
     verdicts = [parity_verdict(f"{case}-{job}", results[job].get(case), work / f"{job}.log")
-                for job in jobs for case in JOBS[job][2].split(",")]
+                for job in project_jobs for case in JOBS[job][2].split(",")]
     if "tp1" in jobs:
         verdicts.append(packed_verdict(results["tp1"].get("text-hybrid")))
-    verdicts = [megatron_bridge.attributed(v) for v in verdicts + megatron_bridge.verdicts(library_bridges)]
-    case = next((c for r in results.values() for k, c in r.items() if k != "kernels" and "bridge_support" in c), {})
+    for job in (job for job in jobs if job in megatron_bridge.JOBS):
+        verdicts += megatron_bridge.verdicts(job, results[job], version, LOGPROB_ATOL, GRAD_RTOL,
+                                             _log_tail(work / f"{job}.log"))
+    verdicts = [megatron_bridge.attributed(v) for v in verdicts]
+    library = next((results[job] for job in jobs if job in megatron_bridge.JOBS), {})
+    case = next((c for r in results.values() for c in r.values() if isinstance(c, dict) and "bridge_support" in c), {})
     support = case.get("bridge_support", {})
     kernels = next((r["kernels"] for r in results.values() if "kernels" in r), {})
     metrics = {"bridge": case.get("bridge"), "mbridge": support.get("mbridge"),
                "mbridge_error": support.get("mbridge_error"), "megatron_bridge": support.get("megatron_bridge"),
                "megatron_bridge_error": support.get("megatron_bridge_error"),
-               "megatron_bridge_bridges": {case: entry["bridge"] for case, entry in library_bridges.items()},
+               "megatron_bridge_import": library.get("import"),
+               "megatron_bridge_overrides": next((library[c]["overrides"] for c in reversed(megatron_bridge.CASES)
+                                                  if "overrides" in library.get(c, {})), None),  # MoE's: all apply
+               "max_ranks": options.max_ranks,
                "megatron_core": _version("megatron-core"),
                **kernels, "tolerance": LOGPROB_ATOL, "grad_tolerance": GRAD_RTOL,
                "max_abs_logprob_error": max((v.metrics.get("max_abs_logprob_error") or 0.0 for v in verdicts),
@@ -201,5 +226,5 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     if failed:
         return CheckResult(NAME, Status.FAIL, f"failed: {', '.join(failed)}", metrics=metrics, verdicts=verdicts)
     return CheckResult(NAME, Status.PASS, "HF and megatron-core agree on hybrid Qwen3.5 and Qwen3.5-MoE "
-                       f"({', '.join(jobs)}; bridge {metrics['bridge']}){megatron_bridge.summary(library_bridges)}",
+                       f"({', '.join(project_jobs)}; bridge {metrics['bridge']}){megatron_bridge.summary(verdicts)}",
                        metrics=metrics, verdicts=verdicts)

@@ -1,12 +1,16 @@
 """bridge-parity's verdicts for Megatron-Bridge's own Qwen3.5 bridges, kept apart from the project mapping's.
 
 Megatron-Bridge (0.6+) registers Qwen35Bridge and Qwen35MoEBridge (megatron/bridge/models/qwen/
-qwen35_bridge.py) and Qwen35VLBridge (qwen_vl/qwen35_vl_bridge.py). The check imports each where
-megatron-bridge is installed; one verdict per model names the bridge class and release that produced it
-(`metrics["bridge"]`). Where a bridge cannot be imported, the verdict is a skip whose reason is read from
-the failing import itself: the error and the line of Megatron-Bridge's code that raised it, found in the
-traceback (e.g. 0.6.2's megatron/bridge/peft/lora_layers.py imports transformer_engine.pytorch at module
-level, reached from `import megatron.bridge`; Transformer Engine is a CUDA library with no CPU build).
+qwen35_bridge.py) and Qwen35VLBridge (qwen_vl/qwen35_vl_bridge.py). Where megatron-bridge is installed,
+library.py runs on the ranks of three jobs (TP=1, TP=2, EP=2, as the project mapping's): Megatron-Bridge
+converts, the ranks measure. Four verdicts per model and job (`megatron-bridge/<model>-<tp1|tp2|ep2>/<aspect>`),
+each naming the bridge class and release (`metrics["bridge"]`):
+`roundtrip` (HF -> Megatron -> HF bitwise), `logprobs` and `grads` (against HF, the project's
+tolerances) and `project-mapping` (Megatron-Bridge's Megatron weights equal the project mapping's).
+A model whose bridge is not the one registered for it fails. `megatron-bridge/vl` is a skip whose reason
+is read from the installed code (the line that builds the vision tower from Transformer Engine modules).
+Where `import megatron.bridge` still fails, every verdict is a skip naming the error and the line of
+Megatron-Bridge's code that raised it (found in the traceback).
 
 `attributed` is the guard every verdict passes before it is reported: a verdict named for Megatron-Bridge
 whose result came from another bridge (the project mapping) fails, so the report never credits
@@ -14,7 +18,6 @@ Megatron-Bridge with the project mapping's numbers.
 """
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import linecache
 import traceback
@@ -23,10 +26,12 @@ from harness.results.records import Status, Verdict
 
 PREFIX = "megatron-bridge/"
 DISTRIBUTION = "megatron-bridge"
-# case -> (module, bridge class): Megatron-Bridge's own Qwen3.5 bridges
-BRIDGES = {"text-hybrid": ("megatron.bridge.models.qwen.qwen35_bridge", "Qwen35Bridge"),
-           "moe-hybrid": ("megatron.bridge.models.qwen.qwen35_bridge", "Qwen35MoEBridge"),
-           "vl": ("megatron.bridge.models.qwen_vl.qwen35_vl_bridge", "Qwen35VLBridge")}
+CASES = ("text-hybrid", "moe-hybrid")
+# bridge-parity's jobs for Megatron-Bridge -> (tensor parallel, expert parallel, models); verdicts carry the suffix
+JOBS = {"megatron-bridge-tp1": (1, 1, CASES), "megatron-bridge-tp2": (2, 1, CASES),
+        "megatron-bridge-ep2": (1, 2, ("moe-hybrid",))}
+CLASSES = {"text-hybrid": "Qwen35Bridge", "moe-hybrid": "Qwen35MoEBridge", "vl": "Qwen35VLBridge"}
+ASPECTS = ("roundtrip", "logprobs", "grads", "project-mapping")
 
 
 def installed_version() -> str | None:
@@ -36,7 +41,7 @@ def installed_version() -> str | None:
         return None
 
 
-def _raising_line(exc: BaseException) -> str:
+def raising_line(exc: BaseException) -> str:
     """'megatron/bridge/...py line N: <source>' for the innermost frame of Megatron-Bridge's own code."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if "/megatron/bridge/" in f.filename.replace("\\", "/")]
@@ -48,49 +53,98 @@ def _raising_line(exc: BaseException) -> str:
     return f"{path} line {frame.lineno}: `{source}`"
 
 
-def probe() -> dict:
-    """{case: {"bridge", "importable", "error", "where"}} for each of Megatron-Bridge's Qwen3.5 bridges;
-    {} where megatron-bridge is not installed."""
-    version = installed_version()
-    if version is None:
-        return {}
-    found = {}
-    for case, (module, cls) in BRIDGES.items():
-        entry = {"bridge": f"megatron-bridge {version} ({cls})", "importable": False, "error": None, "where": ""}
-        try:
-            getattr(importlib.import_module(module), cls)
-            entry["importable"] = True
-        except Exception as exc:  # noqa: BLE001 - its own error (and line) is the finding
-            entry["error"] = f"{type(exc).__name__}: {exc}"
-            entry["where"] = _raising_line(exc)
-        found[case] = entry
-    return found
+def _named(case: str, version: str) -> str:
+    return f"megatron-bridge {version} ({CLASSES[case]})"
 
 
-def verdicts(found: dict) -> list[Verdict]:
-    """One verdict per Megatron-Bridge Qwen3.5 bridge, each naming that bridge."""
+def _metrics(data: dict, imported: dict, keys: tuple[str, ...]) -> dict:
+    return {"bridge": data["bridge"], "tp": data.get("tp"), "ep": data.get("ep"),
+            "transformer_engine_stand_in": imported.get("transformer_engine_stand_in"),
+            "stand_in_served": imported.get("stand_in_served"),
+            "cpu_overrides": sorted(k for k, v in data.get("overrides", {}).items() if "why" in v),
+            **{k: data.get(k) for k in keys}}
+
+
+def _aspects(case: str, data: dict, imported: dict, atol: float, rtol: float) -> list[Verdict]:
+    bridge = data["bridge"]
+    wrong_class = (f"; Megatron-Bridge picked {data['bridge_class']}, not {data['expected_class']}"
+                   if data["bridge_class"] != data["expected_class"] else "")
+    checks = {
+        "roundtrip": (not data["roundtrip_mismatched"] and not data["roundtrip_extra"],
+                      f"HF -> Megatron -> HF bitwise equal ({data['roundtrip_compared']} tensors)",
+                      f"round trip not exact: {len(data['roundtrip_mismatched'])} tensors differ or are missing "
+                      f"{data['roundtrip_mismatched'][:5]}, {len(data['roundtrip_extra'])} extra",
+                      ("roundtrip_compared", "roundtrip_mismatched", "roundtrip_extra")),
+        "logprobs": (data["finite"] and data["max_abs_logprob_error"] <= atol,
+                     f"log-prob error {data['max_abs_logprob_error']:.2g} <= {atol}",
+                     f"log-prob error {data['max_abs_logprob_error']:.3g} > {atol}"
+                     + ("" if data["finite"] else " (non-finite log-probs)"),
+                     ("max_abs_logprob_error", "finite")),
+        "grads": (data["max_rel_grad_error"] <= rtol,
+                  f"gradients within {data['max_rel_grad_error']:.2g} <= {rtol} ({data['grads_compared']} tensors)",
+                  f"gradient error {data['max_rel_grad_error']:.3g} > {rtol} ({data['worst_grad']})",
+                  ("max_rel_grad_error", "worst_grad", "grads_compared")),
+        "project-mapping": (not data["project_mismatched"] and not data["project_unmatched"],
+                            f"the same Megatron weights as the project mapping ({data['project_compared']} tensors)",
+                            f"Megatron weights differ from the project mapping's: {data['project_mismatched'][:5]} "
+                            f"(max abs diff {data['project_max_abs_diff']:.3g}), unmatched "
+                            f"{data['project_unmatched'][:5]}",
+                            ("project_compared", "project_mismatched", "project_unmatched", "project_max_abs_diff")),
+    }
     out = []
-    for case, entry in found.items():
-        metrics = {"bridge": entry["bridge"], "error": entry["error"], "where": entry["where"]}
-        if entry["importable"]:
-            out.append(Verdict(f"{PREFIX}{case}", Status.SKIP, f"{entry['bridge']} imports here; bridge-parity "
-                               "does not yet drive Megatron-Bridge's own model provider, so no comparison ran",
-                               metrics=metrics))
-        else:
-            where = f" at {entry['where']}" if entry["where"] else ""
-            out.append(Verdict(f"{PREFIX}{case}", Status.SKIP, f"{entry['bridge']} cannot be imported on this "
-                               f"runner: {entry['error']}{where}", metrics=metrics))
+    for aspect, (ok, good, bad, keys) in checks.items():
+        metrics = _metrics(data, imported, keys)
+        metrics.update({"tolerance": atol} if aspect == "logprobs" else {"grad_tolerance": rtol} if aspect == "grads"
+                       else {})
+        status = Status.PASS if ok and not wrong_class else Status.FAIL
+        out.append(Verdict(f"{PREFIX}{case}/{aspect}", status, f"bridge {bridge}: {good if ok else bad}{wrong_class}",
+                           metrics=metrics))
     return out
 
 
-def summary(found: dict) -> str:
+def verdicts(job: str, results: dict | None, version: str | None, atol: float, rtol: float,
+             log_tail: str = "") -> list[Verdict]:
+    """The Megatron-Bridge verdicts of one job from what its rank 0 wrote (None or {}: the ranks produced nothing);
+    the VL skip and an import failure come with the first job only (they do not depend on the layout)."""
+    if version is None:
+        return []
+    first = job == next(iter(JOBS))
+    suffix = job.rsplit("-", 1)[1]
+    cases = JOBS[job][2]
+    if not results:
+        return [Verdict(f"{PREFIX}{case}-{suffix}/{aspect}", Status.FAIL, f"the Megatron-Bridge ranks produced no "
+                        f"result; log tail: {log_tail}", metrics={"bridge": _named(case, version)})
+                for case in cases for aspect in ASPECTS]
+    imported = results.get("import", {})
+    if imported.get("error"):
+        where = f" at {imported['where']}" if imported.get("where") else ""
+        return [Verdict(f"{PREFIX}{case}", Status.SKIP, f"{_named(case, version)} cannot be imported on this runner: "
+                        f"{imported['error']}{where}", metrics={"bridge": _named(case, version), **imported})
+                for case in (*CASES, "vl")] if first else []
+    out = []
+    for case in cases:
+        data = results.get(case) or {"error": "no result"}
+        if "error" in data:  # Megatron-Bridge (or megatron-core) raised: its own words
+            out.append(Verdict(f"{PREFIX}{case}-{suffix}", Status.FAIL, f"{_named(case, version)}: {data['error']}",
+                               metrics={"bridge": _named(case, version), **imported}))
+        else:
+            out.extend(_aspects(f"{case}-{suffix}", data, imported, atol, rtol))
+    if first:
+        vl = results.get("vl") or {}
+        out.append(Verdict(f"{PREFIX}vl", Status.SKIP, f"{_named('vl', version)} imports here but is not run on a "
+                           f"CPU runner: {vl.get('reason', 'no reason recorded')}",
+                           metrics={"bridge": _named("vl", version), "where": vl.get("where", [])}))
+    return out
+
+
+def summary(found: list[Verdict]) -> str:
     """'; Megatron-Bridge's own bridges: ...' for the check's message ('' where it is not installed)."""
-    if not found:
+    own = [v for v in found if v.name.startswith(PREFIX)]
+    if not own:
         return ""
-    failed = {e["error"] + (f" at {e['where']}" if e["where"] else "") for e in found.values() if not e["importable"]}
-    if not failed:
-        return f"; Megatron-Bridge's Qwen3.5 bridges import ({', '.join(e['bridge'] for e in found.values())})"
-    return f"; Megatron-Bridge's Qwen3.5 bridges cannot be imported on this runner: {'; '.join(sorted(failed))}"
+    passed = sum(v.status == Status.PASS for v in own)
+    skipped = sum(v.status == Status.SKIP for v in own)
+    return f"; Megatron-Bridge's own Qwen3.5 bridges: {passed} verdicts pass, {skipped} skipped"
 
 
 def attributed(verdict: Verdict) -> Verdict:

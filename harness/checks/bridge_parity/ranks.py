@@ -12,7 +12,8 @@
 gdn-head-order (value heads reversed in the fused in_proj), expert-swap (experts 0 and 1
 exchanged), qkv (query and gate rows exchanged), shim-l2norm (the kernel shim leaves out l2norm),
 grad-skip (GDN parameters' gradients not reduced), padding-row (the pad token's embedding row
-trained, unlike HF's padding_idx), packed (packed input without its boundaries).
+trained, unlike HF's padding_idx), packed (packed input without its boundaries); library.py's own (mb-...) for
+the `megatron-bridge/<model>` cases, which run through Megatron-Bridge's own bridge (library.py).
 """
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ import time
 import traceback
 from pathlib import Path
 
-BREAKS = ("gdn-head-order", "expert-swap", "qkv", "shim-l2norm", "grad-skip", "padding-row", "packed")
+from harness.checks.bridge_parity.library import BREAKS as LIBRARY_BREAKS
+
+PROJECT_BREAKS = ("gdn-head-order", "expert-swap", "qkv", "shim-l2norm", "grad-skip", "padding-row", "packed")
+BREAKS = PROJECT_BREAKS + LIBRARY_BREAKS
+LIBRARY_PREFIX = "megatron-bridge/"  # cases run through Megatron-Bridge's own bridge (library.py)
 GDN_PARAMETERS = ("A_log", "dt_bias", "conv1d", "out_norm")
 
 
@@ -189,11 +194,18 @@ def run_cases(args) -> dict:
     shim = cpu_shim_for(plan).install(seed=args.seed, tp_rank=ps.get_tensor_model_parallel_rank(),
                                       ep_rank=ps.get_expert_model_parallel_rank())
     kernels = KernelShim(omit=("l2norm",) if args.broken == "shim-l2norm" else ()).install()
-    if args.broken:
+    if args.broken in PROJECT_BREAKS:
         _break_mapping(args.broken)
     results = {"kernels": kernels.record()}
+    cases = args.cases.split(",")
     try:
-        for case in args.cases.split(","):
+        library_cases = [c[len(LIBRARY_PREFIX):] for c in cases if c.startswith(LIBRARY_PREFIX)]
+        if library_cases:
+            from . import library
+
+            work = Path(args.out).with_suffix("")  # the job's own folder beside its result file
+            results.update(library.run(library_cases, args.seed, args.broken, work, on_cpu=plan.type == "cpu"))
+        for case in (c for c in cases if not c.startswith(LIBRARY_PREFIX)):
             kind, variant = case.split("-", 1)
             try:
                 results[case] = compare(kind, variant, sizes, args.seed, args.broken)

@@ -1,0 +1,241 @@
+"""The rank side of Megatron-Bridge's own Qwen3.5 bridges in bridge-parity, on a job's ranks (TP=1, TP=2, EP=2).
+
+Per model (text-hybrid: Qwen35Bridge, moe-hybrid: Qwen35MoEBridge) everything that converts is
+Megatron-Bridge's: the tiny HF model is saved to a folder, `AutoBridge.from_hf_pretrained` picks the
+bridge, its `to_megatron_provider` translates the config, the provider's `provide_distributed_model`
+builds megatron-core's GPTModel, `load_hf_weights` loads and `export_hf_weights` exports. This module
+only measures:
+- roundtrip: the exported tensors against the checkpoint it read (transformers' saved layout), bitwise;
+- logprobs: log-probs of ranks.batch's left-padded rows, against HF's;
+- grads: the same loss through both; HF's gradients carried into Megatron's layout by the path its
+  weights take (saved as a checkpoint, loaded by Megatron-Bridge), less what that path gives for zeros
+  (the GDN out_norm mapping subtracts 1), against Megatron's own gradients;
+- project: the Megatron weights Megatron-Bridge loaded against those of the project mapping
+  (trainers/megatron/mapping.py) from the same HF weights, tensor by tensor (te_layout.project_name).
+Under TP / EP each rank compares its own shards (gradients reduced as the trainer reduces them, grads.py)
+and the ranks' findings are merged (`_merged`); the export gives every rank the full tensors.
+The provider's CPU settings and the VL reason are provider.py's.
+`--break` pieces (tests): mb-perturb (a weight changed after loading), mb-drop (the export loses a
+tensor), mb-mapping (A_log and dt_bias exchanged in Megatron-Bridge's mapping, both ways), mb-grad
+(Megatron's A_log gradients doubled).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import time
+import traceback
+from pathlib import Path
+
+# case -> (zoo model kind, the bridge class Megatron-Bridge must pick)
+CASES = {"text-hybrid": ("text", "Qwen35Bridge"), "moe-hybrid": ("moe", "Qwen35MoEBridge")}
+BREAKS = ("mb-perturb", "mb-drop", "mb-mapping", "mb-grad")
+
+
+def _checkpoint(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    state = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        state.update(load_file(file))
+    return state
+
+
+def _corrupt_mapping(bridge_class) -> None:
+    """mb-mapping: A_log and dt_bias exchanged in the bridge's own registry (load and export alike)."""
+    from megatron.bridge.models.conversion.mapping_registry import MegatronMappingRegistry
+    from megatron.bridge.models.conversion.param_mapping import AutoMapping
+
+    right = bridge_class.mapping_registry
+    swap = {"linear_attn.A_log": "linear_attn.dt_bias", "linear_attn.dt_bias": "linear_attn.A_log"}
+
+    def corrupted(self):
+        mappings = []
+        for m in right(self).mappings:
+            hf = getattr(m, "hf_param", None)
+            tail = next((k for k in swap if isinstance(hf, str) and hf.endswith(k)), None)
+            mappings.append(AutoMapping(m.megatron_param, hf[: -len(tail)] + swap[tail]) if tail else m)
+        return MegatronMappingRegistry(*mappings)
+
+    bridge_class.mapping_registry = corrupted
+
+
+def _merged(local: dict) -> list[dict]:
+    """Every rank's `local` (this rank's alone without a process group)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [local]
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, local)
+    return everyone
+
+
+def compare(case: str, seed: int, broken: str | None, work: Path, on_cpu: bool = True) -> dict:
+    """One model through Megatron-Bridge's bridge on this job's ranks (every rank calls it)."""
+    import torch
+    import torch.distributed as dist
+    from megatron.bridge import AutoBridge
+    from megatron.core import parallel_state as ps
+
+    from trainers.megatron.bridge import megatron_state
+    from trainers.megatron.model import build_hf_variant, megatron_logits
+    from trainers.rollout import positions_from_mask
+
+    from . import provider
+    from .ranks import batch
+
+    started = time.perf_counter()
+    kind, expected = CASES[case]
+    tp, ep = ps.get_tensor_model_parallel_world_size(), ps.get_expert_model_parallel_world_size()
+    hf = build_hf_variant("hybrid", None, seed=seed, kind=kind).eval()
+    folder = work / f"{case}-rank{dist.get_rank() if dist.is_initialized() else 0}"  # no rank writes another's
+    hf.save_pretrained(folder)
+    bridge = AutoBridge.from_hf_pretrained(str(folder), torch_dtype=torch.float32)
+    bridge_class = type(bridge._model_bridge)
+    out = {"bridge": f"megatron-bridge {importlib.metadata.version('megatron-bridge')} ({bridge_class.__name__})",
+           "bridge_class": bridge_class.__name__, "expected_class": expected, "tp": tp, "ep": ep}
+    if broken == "mb-mapping":
+        _corrupt_mapping(bridge_class)
+    # megatron-core refuses to train MoE under TP without sequence parallelism (as the project's model.py)
+    models, out["overrides"] = provider.build(bridge, on_cpu, tp, ep, sequence_parallel=kind == "moe" and tp > 1)
+    model = models[0]
+    bridge.load_hf_weights(models)
+    if broken == "mb-perturb":
+        with torch.no_grad():
+            next(p for n, p in model.named_parameters() if n.endswith("linear_proj.weight")).add_(1e-2)
+
+    checkpoint = _checkpoint(folder)
+    exported = {name: tensor.clone()
+                for name, tensor in bridge.export_hf_weights(models, cpu=True, show_progress=False)}
+    if broken == "mb-drop":
+        exported.pop(sorted(exported)[0])
+    out["roundtrip_compared"] = len(checkpoint)
+    out["roundtrip_mismatched"] = sorted(k for k in checkpoint if k not in exported
+                                         or not torch.equal(exported[k], checkpoint[k]))
+    out["roundtrip_extra"] = sorted(set(exported) - set(checkpoint))
+
+    out.update(_against_project(hf, megatron_state(model), tp, ps.get_tensor_model_parallel_rank(), ep,
+                                ps.get_expert_model_parallel_rank()))
+
+    padding_idx = hf.get_input_embeddings().padding_idx
+    ids, mask = batch(hf.config.vocab_size, seed, padding_idx or 0)
+    model.eval()
+    with torch.no_grad():
+        hf_lp = torch.log_softmax(hf(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
+                                     use_cache=False).logits.float(), -1)
+        mc_lp = torch.log_softmax(megatron_logits(model, ids, mask).float(), -1)
+    real = mask.bool()
+    out["max_abs_logprob_error"] = float((hf_lp - mc_lp)[real].abs().max())
+    out["finite"] = bool(torch.isfinite(mc_lp[real]).all())
+    out.update(_gradients(hf, models, bridge, ids, mask, padding_idx, folder.with_name(folder.name + "-grads"), broken))
+    out["seconds"] = round(time.perf_counter() - started, 3)
+    return out
+
+
+def _against_project(hf, library: dict, tp: int, tp_rank: int, ep: int, ep_rank: int) -> dict:
+    """The project mapping's Megatron tensors against Megatron-Bridge's, in TE's layout names, shard by shard."""
+    from trainers.megatron import mapping
+
+    from .te_layout import project_name
+
+    project = mapping.hf_to_megatron({k: v.detach() for k, v in hf.state_dict().items()}, hf.config, tp, tp_rank,
+                                     ep, ep_rank)
+    worst, mismatched, matched = 0.0, [], set()
+    for name, value in project.items():
+        te_name, offset = project_name(name, library)
+        if te_name is None:
+            continue
+        matched.add(te_name)
+        # the project's GDN out_norm is plain (x * w); Megatron-Bridge stores it zero-centred (x * (1 + w))
+        diff = float((value.float() - (library[te_name].float() + offset)).abs().max()) if value.numel() else 0.0
+        if value.shape != library[te_name].shape or diff > 0.0:
+            mismatched.append(name)
+            worst = max(worst, diff if value.shape == library[te_name].shape else float("inf"))
+    unmatched = [n for n in project if project_name(n, library)[0] is None] + [n for n in library if n not in matched]
+    ranks = _merged({"compared": sorted(matched), "mismatched": mismatched, "worst": worst, "unmatched": unmatched})
+    return {"project_compared": len({n for r in ranks for n in r["compared"]}),
+            "project_mismatched": sorted({n for r in ranks for n in r["mismatched"]})[:20],
+            "project_max_abs_diff": max(r["worst"] for r in ranks),
+            "project_unmatched": sorted({n for r in ranks for n in r["unmatched"]})[:20]}
+
+
+def _save_as_checkpoint(hf, values: dict, folder: Path) -> None:
+    import torch
+
+    with torch.no_grad():
+        for name, parameter in hf.named_parameters():
+            parameter.copy_(values[name])
+    hf.save_pretrained(folder)
+
+
+def _gradients(hf, models, bridge, ids, mask, padding_idx, folder: Path, broken) -> dict:
+    import torch
+
+    from trainers.megatron.bridge import megatron_state
+    from trainers.megatron.grads import Groups, reduce_gradients, zero_padding_row
+    from trainers.megatron.model import megatron_logits
+    from trainers.rollout import positions_from_mask
+
+    from .ranks import next_token_logprobs
+
+    model = models[0]
+    hf.zero_grad(set_to_none=True)
+    logprobs, valid = next_token_logprobs(hf(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
+                                             use_cache=False).logits, ids, mask)
+    (-(logprobs * valid).sum() / valid.sum()).backward()
+    model.train()
+    model.zero_grad(set_to_none=True)
+    local, local_valid = next_token_logprobs(megatron_logits(model, ids, mask), ids, mask)
+    (-(local * local_valid).sum() / local_valid.sum()).backward()
+    model.eval()
+    zero_padding_row(model, padding_idx)
+    # TE's layout keeps the project's names for split weights, so the trainer's reduction rules apply as they are
+    reduce_gradients(model, Groups.from_megatron(model.config.sequence_parallel))
+    got = {n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+           for n, p in model.named_parameters()}
+    if broken == "mb-grad":
+        got = {n: g * 2 if n.endswith("A_log") else g for n, g in got.items()}
+    hf_grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+                for n, p in hf.named_parameters()}
+    # HF's gradients the way its weights travel: transformers' checkpoint, Megatron-Bridge's load
+    _save_as_checkpoint(hf, hf_grads, folder / "grads")
+    _save_as_checkpoint(hf, {n: torch.zeros_like(g) for n, g in hf_grads.items()}, folder / "zeros")
+    bridge.load_hf_weights(models, hf_path=str(folder / "grads"))
+    carried = {n: t.detach().clone() for n, t in megatron_state(model).items()}
+    bridge.load_hf_weights(models, hf_path=str(folder / "zeros"))
+    offsets = megatron_state(model)
+    local = {}
+    for name, grad in got.items():
+        want = carried[name] - offsets[name]
+        local[name] = (float((grad - want).abs().max()), float(want.abs().max()))
+    ranks, errors = _merged(local), {}  # a split tensor's error over all its shards: max |diff| / max |g_hf|
+    for name in local:
+        diffs, scales = zip(*(r[name] for r in ranks if name in r))
+        errors[name] = max(diffs) / (max(scales) or 1.0)
+    worst = max(errors, key=errors.get)
+    return {"max_rel_grad_error": errors[worst], "worst_grad": worst, "grads_compared": len(errors)}
+
+
+def run(cases: list[str], seed: int, broken: str | None, work: Path, on_cpu: bool = True) -> dict:
+    """{"import": ..., case: result or {"error"}} on this rank; the TE stand-in installed first where needed."""
+    from . import provider, te_import
+
+    te_import.install()
+    results: dict = {}
+    try:
+        import megatron.bridge  # noqa: F401  (the import itself is what a CPU runner could not do before)
+    except Exception as exc:  # noqa: BLE001 - its own error (and line) is the finding
+        from .megatron_bridge import raising_line
+
+        results["import"] = {"error": f"{type(exc).__name__}: {exc}", "where": raising_line(exc), **te_import.record()}
+        return results
+    results["import"] = {"error": None, **te_import.record()}
+    work.mkdir(parents=True, exist_ok=True)
+    results["vl"] = provider.vl_reason()
+    for case in cases:
+        try:
+            results[case] = compare(case, seed, broken, work, on_cpu)
+        except Exception as exc:  # Megatron-Bridge's (or megatron-core's) own error is the evidence
+            traceback.print_exc()
+            results[case] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+    return results
