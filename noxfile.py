@@ -205,7 +205,7 @@ def tests_megatron_bridge(session: nox.Session) -> None:
     """The tests that need megatron-bridge (its own Qwen3.5 bridges) in the Megatron-Bridge cell's pins.
 
     That cell is Python 3.12 and about 6 GB; its `exclude` is applied as the matrix applies it (uv's
-    --override). .ci/run does not run this session (see .ci/skip-allowlist.toml)."""
+    --override). .ci/run runs it after tests-vllm."""
     cell = matrix.load(MATRICES["cpu"]).select(tags=["megatron-bridge"])[0]
     overrides = Path(session.create_tmp()) / "overrides.txt"
     overrides.write_text("".join(f"{line}\n" for line in cell.install.overrides()), encoding="utf-8")
