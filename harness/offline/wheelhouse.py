@@ -63,13 +63,18 @@ class Unsatisfiable(InputError):
         self.reason = reason
 
 
-def _lock(requirements: list[str], constraints: list[str], platform: str, python: str) -> dict:
-    """uv's PEP 751 lock of `requirements` for the target, wheels only, under `constraints`."""
+def _lock(requirements: list[str], constraints: list[str], platform: str, python: str,
+          overrides: list[str] = ()) -> dict:
+    """uv's PEP 751 lock of `requirements` for the target, wheels only, under `constraints`; `overrides`: the
+    lines of the cell recipe's override file (its `exclude`, left out as the cell's install leaves it out)."""
     with tempfile.TemporaryDirectory(prefix="harness-wheelhouse-") as scratch:
         constraint_file = Path(scratch) / "constraints.txt"
         constraint_file.write_text("\n".join(constraints) + "\n", encoding="utf-8")
+        override_file = Path(scratch) / "overrides.txt"
+        override_file.write_text("".join(f"{line}\n" for line in overrides), encoding="utf-8")
         argv = [cellenv.uv_binary(), "pip", "compile", "-", "--format", "pylock.toml", "--python-platform", platform,
                 "--python-version", python, "--only-binary", ":all:", "--constraints", str(constraint_file),
+                *(("--override", str(override_file)) if overrides else ()),
                 "--quiet", "--no-header", "--color", "never"]
         done = subprocess.run(argv, input="\n".join(requirements) + "\n", capture_output=True, text=True,
                               env=cellenv.uv_process_env(), timeout=600, check=False, preexec_fn=die_with_parent)
@@ -86,7 +91,8 @@ def missing(cell: Cell, have: dict[str, str], platform: str, python: str) -> lis
     kept = {name: version.split("+", 1)[0] for name, version in sorted(have.items()) if name not in pinned}
     while True:  # the box's packages are kept where they fit; one the pins rule out is replaced from the wheelhouse
         try:
-            lock = _lock(cell.requirements, [f"{n}=={v}" for n, v in kept.items()], platform, python)
+            lock = _lock(cell.requirements, [f"{n}=={v}" for n, v in kept.items()], platform, python,
+                         cell.install.overrides())
             break
         except Unsatisfiable as exc:
             blamed = [n for n, v in kept.items() if re.search(rf"(?<![\w.-]){re.escape(n)}=={re.escape(v)}(?![\w.])",

@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from harness import matrix
@@ -14,7 +15,7 @@ from harness.matrix import newest
 from harness.matrix.axes import PYTHON_RE
 
 from . import cache, store, verdicts
-from .resolve import Resolution, cell_pins, resolve, target_for
+from .resolve import Resolution, cell_pins, compile_lock, resolve, target_for
 
 
 def add_parser(sub) -> None:
@@ -82,7 +83,8 @@ class Resolver:
         self.source_only: set[str] = set()  # pins found to be source releases, shared by the run's cells
 
     def key(self, cell, target) -> str:
-        return cache.key(cell_pins(cell), cell.install.from_source, target, self.uv)
+        # An excluded distribution is a never-true override line: part of what is resolved, so of the key.
+        return cache.key(cell_pins(cell) + cell.install.overrides(), cell.install.from_source, target, self.uv)
 
     def resolve(self, cell, target) -> Resolution:
         name = self.key(cell, target)
@@ -91,6 +93,7 @@ class Resolver:
             return kept
         self.calls += 1
         resolution = resolve(cell_pins(cell), cell.install.from_source, target,
+                             compile=partial(compile_lock, overrides=tuple(cell.install.overrides())),
                              source_only=self.source_only)
         self.store.put(name, resolution)
         return resolution

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -115,17 +117,23 @@ def runner_env() -> dict[str, str]:
     return env
 
 
-def compile_lock(requirements: list[str], target: Target) -> tuple[int, str, str]:
-    """(status, lock, stderr) of uv's resolution of `requirements` for `target`, none of them built."""
+def compile_lock(requirements: list[str], target: Target, overrides: tuple[str, ...] = ()) -> tuple[int, str, str]:
+    """(status, lock, stderr) of uv's resolution of `requirements` for `target`, none of them built; `overrides`:
+    the lines of the cell recipe's override file (its `exclude`, as the cell's install applies it)."""
     never_built = [arg for pin in requirements for arg in ("--only-binary", Requirement(pin).name)]
     argv = [cellenv.uv_binary(), "pip", "compile", "-", "--python-platform", target.platform, "--python-version",
             target.python, *never_built, "--quiet", "--no-header", "--no-annotate", "--color", "never"]
-    try:
-        done = subprocess.run(argv, input="\n".join(requirements) + "\n", capture_output=True, text=True,
-                              env=runner_env(), timeout=TIMEOUT_S, check=False,
-                              preexec_fn=die_with_parent)
-    except subprocess.TimeoutExpired:
-        return 124, "", f"uv pip compile did not finish within {TIMEOUT_S:.0f} s"
+    with tempfile.TemporaryDirectory(prefix="preflight-") as folder:
+        if overrides:
+            override_file = Path(folder, "overrides.txt")
+            override_file.write_text("".join(f"{line}\n" for line in overrides), encoding="utf-8")
+            argv += ["--override", str(override_file)]
+        try:
+            done = subprocess.run(argv, input="\n".join(requirements) + "\n", capture_output=True, text=True,
+                                  env=runner_env(), timeout=TIMEOUT_S, check=False,
+                                  preexec_fn=die_with_parent)
+        except subprocess.TimeoutExpired:
+            return 124, "", f"uv pip compile did not finish within {TIMEOUT_S:.0f} s"
     return done.returncode, done.stdout, done.stderr
 
 

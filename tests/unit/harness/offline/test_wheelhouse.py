@@ -87,3 +87,16 @@ def test_a_wheel_whose_hash_is_not_the_indexs_is_not_kept(tmp_path):
     with pytest.raises(EnvironmentMissing, match="sha256"):
         _fetch(Wheel("alpha", "1.0", source.as_uri(), None, "0" * 64), tmp_path / "wh")
     assert not any((tmp_path / "wh").iterdir())
+
+
+def test_a_rows_exclude_keeps_its_package_out_of_the_wheelhouse(setup):
+    """The row's install leaves gpu-cluster-only out (a never-true override), so the wheelhouse does too."""
+    wheel(setup / "links", "app", "1.0", requires=("gpu-cluster-only==1.0",))
+    wheel(setup / "links", "gpu-cluster-only", "1.0", payload=3 * 1024 * 1024)
+    (setup / "box.toml").write_text(MATRIX + '\n[[include]]\nmodel = "moe"\nrequirements = ["app==1.0"]\n'
+                                    'install = { exclude = ["gpu-cluster-only"] }\n')
+    assert _wheelhouse(setup, "--limit-mb", "4") == 0
+    manifest = json.loads((setup / "wh" / "wheelhouse.json").read_text())
+    assert manifest["cells"]["fsdp-moe-tf5.3.0-torch9.0.0-cuda"]["add"] == \
+        ["app==1.0", "tokenizers==0.22.0", "transformers==5.3.0"]
+    assert not list((setup / "wh").glob("gpu_cluster_only*"))

@@ -131,3 +131,37 @@ def test_the_target_follows_the_runner_and_the_image():
 def test_bad_options_are_one_line_input_errors(tmp_path, capsys):
     assert cli.main(["preflight", "matrices/cuda.toml", "--python", "3.x; rm"]) == 2
     assert "--python" in capsys.readouterr().err
+
+
+# app needs a package with Windows wheels only: the first row leaves it out, as its install does
+EXCLUDING = MATRIX.split("[[include]]", 1)[0] + """
+[[include]]
+transformers = "5.3.0"
+requirements = ["app==1.0"]
+install = { exclude = ["gpu-cluster-only"] }
+
+[[include]]   # the same need, not left out
+transformers = "5.4.0"
+requirements = ["app==1.0"]
+"""
+
+
+def test_a_rows_exclude_is_resolved_as_its_install_applies_it(tmp_path, monkeypatch):
+    links = tmp_path / "links"
+    links.mkdir()
+    for name, version in (("torch", "9.0.0"), ("transformers", "4.99.0"), ("transformers", "5.3.0"),
+                          ("transformers", "5.4.0")):
+        wheel(links, name, version)
+    wheel(links, "app", "1.0", requires=("gpu-cluster-only==1.0",))
+    wheel(links, "gpu-cluster-only", "1.0", tag="cp311-cp311-win_amd64")
+    offline_index(monkeypatch, links)
+    path = tmp_path / "excl.toml"
+    path.write_text(EXCLUDING)
+    out = tmp_path / "reports" / "excl"
+    argv = ["preflight", str(path), "--out", str(out), "--python", "3.11", "--cache", str(tmp_path / "c")]
+    assert cli.main(argv) == 0
+    cells = {e["cell"]: e for e in json.loads((out / "preflight" / "preflight.json").read_text())["cells"]}
+    excluded = cells["fsdp-text-tf5.3.0-torch9.0.0-cuda"]
+    assert excluded["verdict"] == verdicts.INSTALLS, excluded
+    assert "gpu-cluster-only" not in (out / excluded["lock"]).read_text()
+    assert cells["fsdp-text-tf5.4.0-torch9.0.0-cuda"]["verdict"] == verdicts.NOT_ON_RUNNER
