@@ -149,13 +149,14 @@ def resolve(requirements: list[str], from_source: tuple[str, ...], target: Targe
     wanted = [r for r in requirements if _name(r) not in {_name(p) for p in from_source} and r not in known]
     while True:
         status, lock, stderr = compile(wanted, target)
+        flat = " ".join(stderr.split())  # uv wraps its sentences at the terminal's width (COLUMNS)
         if status == 0:
             verdict = verdicts.NEEDS_BUILD if built else verdicts.INSTALLS
             reason = (f"{', '.join(built)} built on the runner; the other pins resolve for {target}" if built
                       else f"{len(lock.splitlines())} packages resolve for {target}")
             return Resolution(verdict, reason, lock, built, round(time.perf_counter() - start, 3))
-        other = _OTHER_PLATFORMS.search(stderr)
-        unbuilt = _SOURCE_ONLY.search(stderr)
+        other = _OTHER_PLATFORMS.search(flat)
+        unbuilt = _SOURCE_ONLY.search(flat)
         if other:
             return Resolution(verdicts.NOT_ON_RUNNER, _cause(stderr), "", built, round(time.perf_counter() - start, 3))
         pinned = [r for r in wanted if unbuilt and _name(r) == _name(unbuilt["pin"])]
@@ -167,5 +168,5 @@ def resolve(requirements: list[str], from_source: tuple[str, ...], target: Targe
         if unbuilt:  # a dependency, not a pin, is a source release: the rest cannot be resolved without it
             return Resolution(verdicts.NEEDS_BUILD, f"{unbuilt['pin']} (a dependency) is a source release only: "
                               f"{_cause(stderr)}", "", [*built, unbuilt["pin"]], round(time.perf_counter() - start, 3))
-        verdict = verdicts.CONFLICT if any(word in stderr for word in UNRESOLVABLE) else verdicts.UNKNOWN
+        verdict = verdicts.CONFLICT if any(word in flat for word in UNRESOLVABLE) else verdicts.UNKNOWN
         return Resolution(verdict, _cause(stderr), "", built, round(time.perf_counter() - start, 3))

@@ -165,3 +165,9 @@ def test_a_rows_exclude_is_resolved_as_its_install_applies_it(tmp_path, monkeypa
     assert excluded["verdict"] == verdicts.INSTALLS, excluded
     assert "gpu-cluster-only" not in (out / excluded["lock"]).read_text()
     assert cells["fsdp-text-tf5.4.0-torch9.0.0-cuda"]["verdict"] == verdicts.NOT_ON_RUNNER
+
+
+def test_verdicts_do_not_depend_on_the_terminals_width(tmp_path, monkeypatch):
+    """uv wraps its sentences at COLUMNS: a narrow terminal must not turn a runner's limit into a conflict."""
+    monkeypatch.setenv("COLUMNS", "30")
+    test_a_rows_exclude_is_resolved_as_its_install_applies_it(tmp_path, monkeypatch)
