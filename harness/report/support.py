@@ -67,6 +67,10 @@ def _names(names: list[str], shown: int = 2) -> str:
     return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _patched_reason(column: Column, entry: Entry) -> str:
     affected = _affected_names(entry)
     passing = [v.name for v in entry.verdicts if v.status is Status.PASS]
@@ -114,8 +118,9 @@ def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
         return RowVerdict(install[1].install.kind, install[1].message)
     if awaiting:
         others = " but for a standing finding" if standing else ""
-        return RowVerdict("awaits", f"{ran} checks ran on CPU from the row's exact wheels, none failed{others}; "
-                                    f"{awaiting} await a runner")
+        waits = "awaits" if awaiting == 1 else "await"
+        return RowVerdict("awaits", f"{_count(ran, 'check')} ran on CPU from the row's exact wheels, none failed"
+                                    f"{others}; {awaiting} {waits} a runner")
     if known:
         index, entry = known
         measured = _measured(entry)
@@ -126,14 +131,16 @@ def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
     if standing:
         index, entry = standing
         names = sorted({columns[i].check for i, e in row.entries.items() if e.standing})
-        return RowVerdict("standing", f"{ran} checks ran; {_names(names)} differ only by standing findings, the same "
-                                      "in every row (shown once)")
+        differ = "differs" if len(names) == 1 else "differ"
+        return RowVerdict("standing", f"{_count(ran, 'check')} ran; {_names(names)} {differ} only by standing "
+                                      "findings, the same in every row (shown once)")
     if patched:
         return RowVerdict("patched", _patched_reason(columns[patched[0]], patched[1]))
     if not ran:
         return RowVerdict("skipped", f"all {len(row.entries)} checks skipped")
-    return RowVerdict("works", f"{ran} checks pass" + (f", {len(row.entries) - ran} skipped"
-                                                      if ran < len(row.entries) else ""))
+    passes = "passes" if ran == 1 else "pass"
+    return RowVerdict("works", f"{_count(ran, 'check')} {passes}" + (f", {len(row.entries) - ran} skipped"
+                                                                     if ran < len(row.entries) else ""))
 
 
 def row_verdicts(report: Report) -> list[RowVerdict]:

@@ -107,7 +107,7 @@ def test_a_release_that_changes_the_finding_shows_in_its_row_only():
     assert verdicts(cells)["fsdp-text-tf5.19.0-vllmcpu0.32.0"][0] == "standing"
     # The grid's "why" says the same: a standing finding is no line's reason, only what a line fails beyond it.
     why = {report.rows[line.row].cells[0]: line.why for line in lines(report)}
-    assert why["fsdp-text-tf5.19.0-vllmcpu0.32.0"].startswith("3 checks ran; vllm-chat-parity differ only by standing")
+    assert why["fsdp-text-tf5.19.0-vllmcpu0.32.0"].startswith("3 checks ran; vllm-chat-parity differs only by standing")
     assert why["fsdp-text-tf5.23.0-vllmcpu0.28.0"] == \
         "vllm-chat-parity fail: beyond the standing finding, in tool-calls-malformed: set literal"
     # The rows agree on no case: nothing is standing, every row shows its own result.
