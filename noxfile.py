@@ -207,9 +207,8 @@ def tests_megatron_bridge(session: nox.Session) -> None:
     That cell is Python 3.12 and about 6 GB; its `exclude` is applied as the matrix applies it (uv's
     --override). .ci/run runs it after tests-vllm."""
     cell = matrix.load(MATRICES["cpu"]).select(tags=["megatron-bridge"])[0]
-    overrides = Path(session.create_tmp()) / "overrides.txt"
-    overrides.write_text("".join(f"{line}\n" for line in cell.install.overrides()), encoding="utf-8")
-    session.install("--override", str(overrides), *cell.requirements, "pytest")
+    overrides = cellenv.uv_override_args(cell.install.overrides(), Path(session.create_tmp()) / "overrides.txt")
+    session.install(*overrides, *cell.requirements, "pytest")
     _install_harness(session)
     tests = session.posargs or ["tests/unit/harness/checks/test_megatron_bridge_library.py",
                                 "tests/unit/harness/checks/test_megatron_bridge_verdicts.py"]

@@ -94,6 +94,15 @@ def _run_logged(argv: list[str], log, env: dict[str, str]) -> None:
         raise SetupFailed(f"`{Path(argv[0]).name} {' '.join(argv[1:3])}` exited with status {done.returncode}")
 
 
+
+def uv_override_args(lines, path: Path) -> list[str]:
+    """uv's `--override FILE` for an install recipe's override lines (its `exclude`), FILE written at `path`;
+    no arguments and no file where there are none."""
+    if not lines:
+        return []
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return ["--override", str(path)]
+
 def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
           python: str | None = None, from_index: tuple[str, ...] = (), remove: tuple[str, ...] = (),
           from_source: tuple[str, ...] = (), build_env: tuple[tuple[str, str], ...] = (),
@@ -123,10 +132,8 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
             if fresh:
                 marker.unlink(missing_ok=True)
                 _run_logged([uv, "venv", "--quiet", "--clear", "--python", python, str(env.path)], log, uv_env)
-            override_args = []
-            if overrides:  # written after `uv venv --clear`, inside the environment it describes
-                (env.path / OVERRIDES).write_text("".join(f"{line}\n" for line in overrides), encoding="utf-8")
-                override_args = ["--override", str(env.path / OVERRIDES)]
+            # written after `uv venv --clear`, inside the environment it describes
+            override_args = uv_override_args(overrides, env.path / OVERRIDES)
             if fresh or "recipe" not in wanted:  # a recipe's result would not pass a second audit of the pins
                 _run_logged([uv, "pip", "install", "--python", str(env.python), *override_args,
                              *wanted["requirements"]], log, uv_env)

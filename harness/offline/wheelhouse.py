@@ -70,11 +70,9 @@ def _lock(requirements: list[str], constraints: list[str], platform: str, python
     with tempfile.TemporaryDirectory(prefix="harness-wheelhouse-") as scratch:
         constraint_file = Path(scratch) / "constraints.txt"
         constraint_file.write_text("\n".join(constraints) + "\n", encoding="utf-8")
-        override_file = Path(scratch) / "overrides.txt"
-        override_file.write_text("".join(f"{line}\n" for line in overrides), encoding="utf-8")
         argv = [cellenv.uv_binary(), "pip", "compile", "-", "--format", "pylock.toml", "--python-platform", platform,
                 "--python-version", python, "--only-binary", ":all:", "--constraints", str(constraint_file),
-                *(("--override", str(override_file)) if overrides else ()),
+                *cellenv.uv_override_args(overrides, Path(scratch) / "overrides.txt"),
                 "--quiet", "--no-header", "--color", "never"]
         done = subprocess.run(argv, input="\n".join(requirements) + "\n", capture_output=True, text=True,
                               env=cellenv.uv_process_env(), timeout=600, check=False, preexec_fn=die_with_parent)

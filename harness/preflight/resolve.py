@@ -124,10 +124,7 @@ def compile_lock(requirements: list[str], target: Target, overrides: tuple[str, 
     argv = [cellenv.uv_binary(), "pip", "compile", "-", "--python-platform", target.platform, "--python-version",
             target.python, *never_built, "--quiet", "--no-header", "--no-annotate", "--color", "never"]
     with tempfile.TemporaryDirectory(prefix="preflight-") as folder:
-        if overrides:
-            override_file = Path(folder, "overrides.txt")
-            override_file.write_text("".join(f"{line}\n" for line in overrides), encoding="utf-8")
-            argv += ["--override", str(override_file)]
+        argv += cellenv.uv_override_args(overrides, Path(folder, "overrides.txt"))
         try:
             done = subprocess.run(argv, input="\n".join(requirements) + "\n", capture_output=True, text=True,
                                   env=runner_env(), timeout=TIMEOUT_S, check=False,
