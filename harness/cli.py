@@ -210,7 +210,8 @@ def cmd_run(args) -> int:
         raise InputError(f"--checks: unknown check {unknown[0]!r}; expected one of {', '.join(checks.CHECKS)}")
     if args.here:  # on the interpreter at hand, from a wheelhouse only: no index, no environment (harness/offline)
         _check_seed_and_steps(args)
-        return offline_command.run_here(args, lambda m, cells, prepare: _run_here(args, m, cells, prepare))
+        return offline_command.run_here(args, lambda m, cells, prepare, after: _run_here(args, m, cells, prepare,
+                                                                                         after))
     extra = next((o for o, v in (("--wheelhouse", args.wheelhouse), ("--device", args.device), ("--have", args.have),
                                  ("--dry-run", args.dry_run)) if v), None)
     if extra:
@@ -269,7 +270,7 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _run_here(args, m, cells, prepare) -> None:
+def _run_here(args, m, cells, prepare, after_rows) -> None:
     from harness.execution.run import RunOptions, run_matrix
 
     out = args.out or Path("reports") / m.name
@@ -279,6 +280,7 @@ def _run_here(args, m, cells, prepare) -> None:
     with results_lock(out):
         print(f"matrix {m.name}: {len(cells)} rows here on {sys.executable} -> {out}", file=sys.stderr)
         run_matrix(m, cells, opts)
+        after_rows(out)
         if not args.no_report:
             _write_report(out)
 

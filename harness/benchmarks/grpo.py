@@ -1,6 +1,7 @@
 """Benchmark: GRPO time to the reward threshold, ours against TRL's GRPOTrainer, side by side.
 
-    python -m harness.benchmarks.grpo --out FILE [--seeds 0 1 2] [--steps 25] [--cap 300]
+    python -m harness.benchmarks.grpo --out FILE [--seeds 0 1 2] [--steps 25] [--cap 300] [--device cpu]
+    python -m harness.benchmarks.grpo --here [--packages DIR] --device cuda --out FILE   # an offline box
 
 Both sides train the same tiny Qwen3.5 text model (same seeded weights) on the convergence
 reference's toy task and settings (group size, prompts per step and the prompts themselves, max
@@ -19,10 +20,16 @@ sides alternate order from seed to seed so neither always runs second.
 A third side, `ours-sharded`, is our trainer with `shard="always"`: FSDP2 wrapped round one rank,
 which the trainer skips by default (nothing to shard). It shows what that decision is worth; the
 headline compares the trainer as `python -m trainers.fsdp` runs it.
+
+`--device cuda` (or npu) runs both sides on the accelerator: our trainer with the device's determinism
+settings, TRL with what accelerate picks. `--here` builds nothing: both sides run on this interpreter, TRL
+and what it needs from `--packages DIR` (a wheelhouse overlay, first on its path), as an air-gapped box's
+evidence run does (harness.offline.benchmarks).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -34,12 +41,10 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.checks.grpo_convergence import reference_path
-from harness.envs import cellenv
+from harness.envs import cellenv, envinfo
+from harness.offline.benchmarks import TRL_VERSION
 from harness.results.records import write_json_atomic
 
-# The newest TRL at the time of writing; its metadata asks only transformers>=4.56.2, so it installs
-# with the transformers 5.x releases that have Qwen3.5.
-TRL_VERSION = "1.16.0"
 PINNED = ("torch", "transformers", "tensordict")  # copied from this environment into TRL's
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
               "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -82,7 +87,7 @@ def train_ours(settings: dict, metrics: Path) -> None:
     from trainers.fsdp.config import TrainConfig
     from trainers.fsdp.train import GRPOTrainer
 
-    trainer = GRPOTrainer(TrainConfig(device="cpu", model="text", **settings))
+    trainer = GRPOTrainer(TrainConfig(model="text", **settings))  # settings["device"]: the run's
     clock = StepClock(metrics)
     for step in range(settings["steps"]):
         clock.record(step, trainer.step(step)["reward_mean"], torch.get_num_threads())
@@ -142,15 +147,44 @@ def build_trl_env(trl_version: str, env_root: Path, work: Path) -> cellenv.CellE
                          work / "trl-env-setup.log")
 
 
-def versions(trl_env: cellenv.CellEnv) -> dict:
-    wanted = {"trl", "transformers", "torch", "tensordict", "accelerate", "datasets", "tokenizers"}
-    theirs = {}
-    for line in cellenv.freeze(trl_env).splitlines():
-        name, sep, version = line.partition("==")
-        if sep and name.lower() in wanted:
-            theirs[name.lower()] = version
-    return {"python": platform.python_version(), "ours_env": {n: metadata.version(n) for n in PINNED},
+TRL_SIDE = ("trl", "transformers", "torch", "tensordict", "accelerate", "datasets", "tokenizers")
+
+
+def _version(name: str, packages: Path | None) -> str | None:
+    """A distribution's version as a process with `packages` first on its path imports it."""
+    found = [d.version for d in metadata.distributions(name=name, path=[str(packages)])] if packages else []
+    try:
+        return found[0] if found else metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def versions(trl_env: cellenv.CellEnv | None, packages: Path | None = None) -> dict:
+    """Both sides' versions: TRL's from its environment, or (`--here`) both from `packages` over this interpreter."""
+    if trl_env is None:
+        theirs = {name: _version(name, packages) for name in TRL_SIDE}
+    else:
+        theirs = {}
+        for line in cellenv.freeze(trl_env).splitlines():
+            name, sep, version = line.partition("==")
+            if sep and name.lower() in TRL_SIDE:
+                theirs[name.lower()] = version
+    return {"python": platform.python_version(), "ours_env": {n: _version(n, packages) for n in PINNED},
             "trl_env": theirs}
+
+
+def sides(args: argparse.Namespace, work: Path) -> tuple[cellenv.CellEnv | None, dict[str, tuple[str, dict]]]:
+    """(TRL's environment or None, each side's python and process environment). TRL's environment is built with
+    uv; with `--here` nothing is built: both sides run on this interpreter with `--packages` (TRL, and what our
+    trainer needs beyond the box, such as tensordict) and the project first on their path."""
+    if not args.here:
+        trl_env = build_trl_env(args.trl, args.env_root, work)
+        ours = (sys.executable, {**os.environ, **THREAD_ENV})
+        return trl_env, {"ours": ours, "ours-sharded": ours, "trl": (str(trl_env.python), trl_env.run_env(THREAD_ENV))}
+    path = [str(args.packages.resolve())] if args.packages else []
+    path += [str(cellenv.PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]
+    here = (sys.executable, {**os.environ, **THREAD_ENV, "PYTHONPATH": os.pathsep.join(p for p in path if p)})
+    return None, {side: here for side in SIDES}
 
 
 def compare(ours: list[dict], trl: list[dict]) -> dict:
@@ -180,23 +214,26 @@ def benchmark(args: argparse.Namespace) -> dict:
     work = args.out.resolve().parent
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    trl_env = build_trl_env(args.trl, args.env_root, work)
+    trl_env, pythons = sides(args, work)
     env_seconds = time.perf_counter() - started
     load_before = os.getloadavg()
-    ours = (sys.executable, {**os.environ, **THREAD_ENV})
-    pythons = {"ours": ours, "ours-sharded": ours, "trl": (str(trl_env.python), trl_env.run_env(THREAD_ENV))}
     runs: dict[str, list[dict]] = {side: [] for side in SIDES}
     seeds = args.seeds or [reference["seed"]]
     for index, seed in enumerate(seeds):
-        settings = {**reference["trainer_args"], "seed": seed, "steps": args.steps}
+        settings = {**reference["trainer_args"], "seed": seed, "steps": args.steps, "device": args.device}
         for side in SIDES if index % 2 == 0 else SIDES[::-1]:
             side_settings = {**settings, "shard": "always"} if side == "ours-sharded" else settings
             figures = run_side(side, *pythons[side], work, side_settings, reference, args.cap)
             runs[side].append(figures)
             print(f"{side} seed {seed}: threshold step {figures['threshold_step']}, {figures['seconds_to_threshold']}"
                   f" s, {figures['steps_per_second']} steps/s, {figures['peak_rss_mib']:.0f} MiB", flush=True)
+    info = envinfo.capture()
+    on = "1 CPU thread" if args.device == "cpu" else f"{args.device} ({', '.join(info.get('devices') or []) or '?'})"
     return {
-        "what": "GRPO time to the reward threshold: ours (trainers.fsdp, 1 process) vs TRL GRPOTrainer, 1 CPU thread",
+        "what": f"GRPO time to the reward threshold: ours (trainers.fsdp, 1 process) vs TRL GRPOTrainer, {on}",
+        "date": datetime.date.today().isoformat(),
+        "device": {"type": args.device, **{k: info.get(k) for k in ("devices", "driver", "torch", "cuda", "cpu")}},
+        "here": bool(args.here),
         "settings": {**reference["trainer_args"], "steps": args.steps, "seeds": seeds, "model": "text",
                      "threshold": reference["threshold"], "window": reference["final_window"], "threads": 1,
                      "cap_seconds": args.cap,
@@ -204,7 +241,7 @@ def benchmark(args: argparse.Namespace) -> dict:
                                     "max_completion_length, temperature, top_p 1, top_k 0, constant lr, adamw_torch, "
                                     "weight_decay 0, max_grad_norm, epsilon, beta, loss_type dapo (token-mean over "
                                     "the batch with one process), fp32, no gradient checkpointing, no vLLM"},
-        "versions": versions(trl_env),
+        "versions": versions(trl_env, args.packages if args.here else None),
         "load_average": {"before": list(load_before), "after": list(os.getloadavg()), "cores": os.cpu_count()},
         "trl_env_seconds": env_seconds,
         "summary": compare(runs["ours"], runs["trl"]),
@@ -221,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--cap", type=float, default=300.0, help="seconds per side and seed before it is killed")
     parser.add_argument("--trl", default=TRL_VERSION, help="TRL version for its environment")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "npu"), help="where both sides train")
+    parser.add_argument("--here", action="store_true",
+                        help="build nothing: TRL's side runs on this interpreter (with --packages first on its path)")
+    parser.add_argument("--packages", type=Path, default=None, metavar="DIR",
+                        help="with --here: a folder holding TRL and what it needs beyond this interpreter")
     parser.add_argument("--env-root", type=Path,
                         default=Path(os.environ.get("HARNESS_ENV_ROOT", cellenv.PROJECT_ROOT / ".harness" / "envs")))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # internal: our side's process
@@ -232,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
+    if args.packages is not None and not (args.here and args.packages.is_dir()):
+        parser.error(f"--packages {args.packages}: needs --here and an existing folder")
     figures = benchmark(args)
     write_json_atomic(args.out, figures)
     print(json.dumps({k: figures[k] for k in ("summary", "load_average", "versions")}, indent=1))

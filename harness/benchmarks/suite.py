@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness import matrix
 from harness.envs import cellenv, envinfo
-from harness.errors import HarnessError
+from harness.errors import HarnessError, InputError
 from harness.results.records import write_json_atomic
 
 from . import matrix as matrix_bench
@@ -195,6 +195,31 @@ def _earlier_figures(path: Path) -> dict:
     return earlier if isinstance(earlier, dict) else {}
 
 
+EVIDENCE_KEY = "grpo_vs_trl_evidence"  # figures.json's group for an offline evidence run's GRPO against TRL
+
+
+def evidence_figures(results: Path) -> dict:
+    """An offline evidence run's GRPO-against-TRL record (RESULTS/benchmarks/grpo-vs-trl.json, written on the box)
+    as a figures.json group: its figures with the date and the machine (GPU, driver, torch) it was measured on, or
+    the reason it did not run."""
+    path = Path(results) / "benchmarks" / "grpo-vs-trl.json"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"--from-evidence {results}: no benchmark record ({path.name}: {exc})") from None
+    figures = record.get("figures") or {}
+    device = figures.get("device") or {}
+    if record.get("device") == "cpu":
+        raise InputError(f"--from-evidence {results}: {path.name} was measured on cpu (a dry run of the evidence "
+                           "run), not on the box's accelerator; its figures do not go into the GPU row")
+    machine = ", ".join(str(part) for part in (", ".join(device.get("devices") or []) or device.get("cpu"),
+                                               device.get("driver") and f"driver {device['driver']}",
+                                               device.get("torch") and f"torch {device['torch']}") if part)
+    return {**figures, "status": record.get("status"), "reason": record.get("reason"),
+            "date": figures.get("date", record.get("date")), "machine": machine or "unknown",
+            "source": f"{path.parent.parent.name}/benchmarks/{path.name}"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench/figures.json"))
@@ -209,7 +234,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="also a matrix's cells cold the old way and the new way, and a warm rerun")
     matrix_bench.add_arguments(parser)
     parser.add_argument("--cells", type=int, default=10_000)
+    parser.add_argument("--from-evidence", type=Path, default=None, metavar="RESULTS",
+                        help="measure nothing: merge an offline evidence run's GRPO-against-TRL record into the file")
     args = parser.parse_args(argv)
+    if args.from_evidence is not None:
+        try:
+            group = evidence_figures(args.from_evidence)
+        except HarnessError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        write_json_atomic(args.out, {**_earlier_figures(args.out), EVIDENCE_KEY: group})
+        print(f"{args.out}: {EVIDENCE_KEY} from {group['source']} ({group['status']}, {group['machine']}, "
+              f"{group['date']})")
+        return 0
     try:  # a cell id or tag that matches nothing stops the bench before anything is measured
         matrix_slice = matrix_bench.slice_from_args(args) if args.matrix or "matrix" in args.only else None
     except HarnessError as exc:

@@ -9,8 +9,9 @@ The settings are the convergence reference's trainer options (the same ones our 
 Everything TRL lets us match is matched: the model and its seeded weights, the prompts of every
 step in the same order, group size, prompts per step, max new tokens, temperature, learning rate,
 AdamW without weight decay at a constant rate, gradient clipping, the clip range, no KL, the
-token-mean loss, fp32 on one CPU thread. Not matched: the sampling noise (TRL samples with torch's
-global generator, ours with per-row seeds) and the advantage's epsilon (TRL 1e-4, ours 1e-6).
+token-mean loss, fp32 on one CPU thread (or, with the settings' `device`, on that accelerator, where
+accelerate places TRL's model and our trainer has its device plan). Not matched: the sampling noise
+(TRL samples with torch's global generator, ours with per-row seeds) and the advantage's epsilon (TRL 1e-4, ours 1e-6).
 Steps are logged by bench_grpo's StepClock, as ours are: TRL's whole loop (generation, reward,
 update, its own logging) counts.
 """
@@ -81,19 +82,23 @@ def run(settings: dict, metrics: Path, work: Path) -> None:
 
     from trainers.grpo.tasks import make_task
     from trainers.models import build_model
+    from trainers.runtime import determinism
     from trainers.runtime.device import cpu_trainer_settings
 
     from .grpo import StepClock
 
-    cpu_trainer_settings()  # the settings our trainer runs with: like for like
     s = settings
+    device = s.get("device", "cpu")
+    if device == "cpu":
+        cpu_trainer_settings()  # the settings our trainer runs with: like for like
+    determinism.apply(device)
     task = make_task(s["task"])
     tokenizer = build_tokenizer()
     prompts = step_prompts(task, s["seed"], s["steps"], s["batch_prompts"])
     dataset = Dataset.from_list([{"prompt": ids_to_text(p)} for p in prompts])
     reward = RewardRecorder(task, tokenizer)
     config = GRPOConfig(
-        output_dir=str(work / "trl-out"), use_cpu=True, bf16=False, fp16=False, seed=s["seed"],
+        output_dir=str(work / "trl-out"), use_cpu=device == "cpu", bf16=False, fp16=False, seed=s["seed"],
         max_steps=s["steps"], per_device_train_batch_size=s["batch_prompts"] * s["group_size"],
         gradient_accumulation_steps=1, num_generations=s["group_size"], max_completion_length=s["max_new_tokens"],
         temperature=s["temperature"], top_p=1.0, top_k=0, learning_rate=s["lr"], lr_scheduler_type="constant",

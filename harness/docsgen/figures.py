@@ -27,6 +27,12 @@ FIGURES = [
         ("speed-up", "summary.speedup_to_threshold", "x"),
         ("peak memory, ours", "summary.peak_rss_mib.ours", "MiB"),
         ("peak memory, TRL", "summary.peak_rss_mib.trl", "MiB")]),
+    ("grpo_vs_trl_evidence", "GRPO against TRL's GRPOTrainer on the offline evidence run's GPU, one seed "
+     "(`python -m harness.benchmarks --from-evidence reports/cuda/evidence`)", [
+        ("ours", "summary.seconds_to_threshold.ours", "s"), ("TRL", "summary.seconds_to_threshold.trl", "s"),
+        ("speed-up", "summary.speedup_to_threshold", "x"),
+        ("steps per second, ours", "summary.steps_per_second.ours", "steps/s"),
+        ("steps per second, TRL", "summary.steps_per_second.trl", "steps/s")]),
     ("report", "rendering the report of 10,000 synthetic cells", [
         ("CPU time, every format", "render_cpu_s", "s"), ("report.html", "html_bytes", "bytes")]),
 ]
@@ -71,6 +77,10 @@ def measured_table(figures: dict | None = None) -> str:
         group = figures.get(key)
         if not isinstance(group, dict):
             rows.append([what, "not measured", "", ""])
+            continue
+        if group.get("status") in ("not run", "failed"):  # an evidence run's benchmark that did not measure
+            rows.append([what, f"{group['status']}: {group.get('reason') or 'no reason recorded'}",
+                         _machine(group, figures), str(group.get("date", "unknown"))])
             continue
         values = "; ".join(f"{label}: {_number(_get(group, path), unit)}" for label, path, unit in fields)
         rows.append([what, values, _machine(group, figures), str(group.get("date", figures.get("date", "unknown")))])

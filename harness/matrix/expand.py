@@ -27,8 +27,9 @@ from .recipe import parse as parse_recipe
 from .rules import KnownFailure, Note, RuleError, Selector, TagRule
 
 TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "runners", "known_failures", "notes"}
+BENCHMARK_RE = re.compile(r"^[a-z][a-z0-9-]{0,40}$")
 MATRIX_KEYS = {"name", "description", "checks", "timeout", "runner", "python", "memory_limit_mb", "offline",
-               "max_ranks"}
+               "max_ranks", "benchmarks"}
 RULE_KEYS = {"tags": {"tag", "when"}, "runners": {"label", "when"},
              "known_failures": {"check", "verdict", "when", "reason", "link", "expires"}, "notes": {"text", "when"}}
 
@@ -87,6 +88,7 @@ class Matrix:
     known_failures: list[KnownFailure] = field(default_factory=list)  # all of them: resolved cells match again
     # An air-gapped box's matrix: run there with `run --here --wheelhouse`, never dispatched as nightly cells
     offline: bool = False
+    benchmarks: tuple[str, ...] = ()  # an offline run's benchmarks (harness.offline.benchmarks), after its rows
 
     def locate(self, distribution: str, version: str) -> str:
         """'FILE, line N' of the line that pins `version` (preferring one that names the package)."""
@@ -295,6 +297,11 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
     max_ranks = meta.get("max_ranks")
     if max_ranks is not None and (not isinstance(max_ranks, int) or isinstance(max_ranks, bool) or max_ranks < 1):
         raise ld.error("matrix.max_ranks", f"expected a whole number of ranks, at least 1, got {max_ranks!r}")
+    benchmarks = meta.get("benchmarks", [])  # the names are checked by the offline run (harness.offline.benchmarks)
+    if not isinstance(benchmarks, list) or not all(isinstance(b, str) and BENCHMARK_RE.match(b) for b in benchmarks):
+        raise ld.error("matrix.benchmarks", f"expected a list of benchmark names, got {benchmarks!r}")
+    if benchmarks and not offline:
+        raise ld.error("matrix.benchmarks", "only an offline matrix (offline = true) runs benchmarks with its rows")
 
     base = ld.axes_table(data.get("axes"), "axes")
     for axis in ("backend", "model", "device"):
@@ -355,7 +362,7 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
                           tuple(k for k in known if k.when.matches(axes)), runner, extras,
                           axes.get(ax.PYTHON_AXIS), recipe, max_ranks=max_ranks))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
-                  default_runner, meta.get("python"), memory, cells, notes, known, offline)
+                  default_runner, meta.get("python"), memory, cells, notes, known, offline, tuple(benchmarks))
 
 
 def _expand(ld: _Loader, products: list[tuple[dict, tuple]]) -> tuple[dict[str, dict[str, str]], dict[str, tuple]]:

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 from harness import matrix
-from harness.envs import cellenv, devices
-from harness.envs.lifetime import die_with_parent
+from harness.envs import devices
 from harness.errors import InputError
 from harness.matrix import Cell
 from harness.matrix.axes import CHOICE_AXES, PYTHON_RE, cell_id
 
+from . import benchmarks, here, wheelhouse
 from . import have as have_list
-from . import here, wheelhouse
 
 PLATFORM_RE = re.compile(r"^(x86_64|aarch64)-manylinux_2_\d{1,2}$")
 DEFAULT_PLATFORM = "x86_64-manylinux_2_28"
@@ -47,6 +45,8 @@ def add_run_options(run) -> None:
                      help="with --here --dry-run: check against this `pip freeze` list instead of this interpreter")
     run.add_argument("--dry-run", action="store_true",
                      help="with --here: check the interpreter and the wheelhouse, print the plan, run nothing")
+    run.add_argument("--no-benchmarks", action="store_true",
+                     help="with --here: leave out the matrix's benchmarks (`[matrix] benchmarks`), run the rows only")
 
 
 def _python_of(cells: list[Cell], given: str | None) -> str:
@@ -69,12 +69,15 @@ def cmd_wheelhouse(args) -> int:
     m = matrix.load(args.file)
     cells = m.select(args.cells, args.tags)
     python = _python_of(cells, args.python)
+    benchmarks.check_names(m.benchmarks, m.path)
     box = have_list.read(args.have)
     manifest = wheelhouse.build(cells, m.name, box, args.out, args.platform, python,
-                                int(args.limit_mb * wheelhouse.MIB), fetch=not args.dry_run)
+                                int(args.limit_mb * wheelhouse.MIB), fetch=not args.dry_run, bench=m.benchmarks)
     for cid, entry in manifest["cells"].items():
         print(f"{cid}: from the wheelhouse {', '.join(entry['add']) or 'nothing'}; from the interpreter "
               + ", ".join(f"{d} {v}" for d, v in entry["from_interpreter"].items()))
+    for name in manifest["benchmarks"]:
+        print(benchmarks.plan_line(name, manifest))
     verb = "would hold" if args.dry_run else "holds"
     size = manifest["total_bytes"] / wheelhouse.MIB
     size = manifest["total_bytes"] / wheelhouse.MIB
@@ -98,20 +101,9 @@ def _on_device(cells: list[Cell], manifest: dict, device: str | None) -> tuple[l
 
 
 def _check_offline_install(cells: list[Cell], manifest: dict, directory: Path) -> None:
-    """Each row's wheelhouse pins resolve from the folder alone for the box's platform and Python."""
-    target = manifest["target"]
+    """Each row's wheelhouse pins are in the folder, whole, for the box's platform and Python."""
     for cell in cells:
-        pins = manifest["cells"][cell.id].get("add", [])
-        if not pins:
-            continue
-        argv = [cellenv.uv_binary(), "pip", "compile", "-", "--no-index", "--find-links", str(directory), "--no-deps",
-                "--python-platform", str(target["platform"]), "--python-version", str(target["python"]), "--quiet",
-                "--no-header", "--color", "never"]
-        done = subprocess.run(argv, input="\n".join(pins) + "\n", capture_output=True, text=True, check=False,
-                              env=cellenv.uv_process_env(), timeout=300, preexec_fn=die_with_parent)
-        if done.returncode != 0:
-            reason = " ".join(done.stderr.split("cause:", 1)[-1].split())[:400]
-            raise InputError(f"--wheelhouse {directory}: row {cell.id} cannot install from it offline: {reason}")
+        wheelhouse.verify(directory, manifest, list(manifest["cells"][cell.id].get("add", [])), cell.id)
 
 
 def run_here(args, run_options) -> int:
@@ -121,8 +113,10 @@ def run_here(args, run_options) -> int:
     if args.have is not None and not args.dry_run:
         raise InputError("--have: only with --dry-run; a run checks the interpreter it runs on")
     m = matrix.load(args.file)
+    benchmarks.check_names(m.benchmarks, m.path)
     manifest = wheelhouse.read_manifest(args.wheelhouse)
     cells, manifest = _on_device(m.select(args.cells, args.tags), manifest, args.device)
+    bench = () if args.no_benchmarks else m.benchmarks
     if args.have is not None:
         box, python, source = have_list.read(args.have), str(manifest["target"]["python"]), str(args.have)
     else:
@@ -133,18 +127,28 @@ def run_here(args, run_options) -> int:
         raise InputError(f"--wheelhouse {args.wheelhouse}: {wheels / wheelhouse.MIB:.1f} MiB of wheels, over its "
                          f"{manifest['limit_bytes'] / wheelhouse.MIB:g} MiB limit")
     checks = args.checks or list(m.checks)
+    _check_offline_install(cells, manifest, args.wheelhouse)  # before anything runs, on the box too
     if args.dry_run:
-        _check_offline_install(cells, manifest, args.wheelhouse)
         for cell in cells:
             entry = manifest["cells"][cell.id]
             print(f"{cell.id} on {cell.axes['device']}: from {source}: "
                   + ", ".join(f"{d} {v}" for d, v in entry["from_interpreter"].items())
                   + f"; from the wheelhouse: {', '.join(entry['add']) or 'nothing'}; checks: {', '.join(checks)}")
+        for name in bench:
+            print(benchmarks.plan_line(name, manifest))
         print(f"dry run: {len(cells)} rows match {source} and install from {args.wheelhouse} offline "
               f"({wheels / wheelhouse.MIB:.1f} MiB); nothing ran", file=sys.stderr)
         return 0
     for device in sorted({c.axes["device"] for c in cells}):
         devices.require(device, f"matrix {m.path.name}")
     overlays = Path(args.env_root) / "overlays"
-    run_options(m, cells, here.preparer(manifest, Path(args.wheelhouse).resolve(), overlays))
+    device = next((d for d in sorted({c.axes["device"] for c in cells}) if d != "cpu"), "cpu")
+
+    def after_rows(out: Path) -> None:  # the benchmarks, on the rows' device, once the rows are done
+        for name in bench:
+            result = benchmarks.run(name, manifest, Path(args.wheelhouse).resolve(), overlays, out, device)
+            print(f"benchmark {name} on {device}: {result['status']}"
+                  + (f" ({result['reason']})" if result.get("reason") else ""), file=sys.stderr)
+
+    run_options(m, cells, here.preparer(manifest, Path(args.wheelhouse).resolve(), overlays), after_rows)
     return 0

@@ -7,6 +7,7 @@ wheel's URL, size and hash. The size limit is checked before anything is downloa
 
     DIR/*.whl             the wheels
     DIR/wheelhouse.json   {"matrix", "target", "limit_bytes", "total_bytes", "cells": {id: {"add", "from_interpreter"}},
+                           "benchmarks": {name: {"add", "left_out", "requirements"}},
                            "files": [{"name", "version", "file", "size", "sha256"}]}
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from packaging.requirements import Requirement
+from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from harness.envs import cellenv
@@ -31,6 +33,7 @@ from harness.errors import EnvironmentMissing, InputError
 from harness.matrix import Cell
 from harness.results.records import write_json_atomic
 
+from . import benchmarks
 from .have import same_release
 
 MANIFEST = "wheelhouse.json"
@@ -85,12 +88,17 @@ def _lock(requirements: list[str], constraints: list[str], platform: str, python
 
 def missing(cell: Cell, have: dict[str, str], platform: str, python: str) -> list[Wheel]:
     """The wheels of the cell's resolution that the box lacks (or has at another release)."""
-    pinned = {canonicalize_name(Requirement(r).name) for r in cell.requirements}
+    return missing_for(list(cell.requirements), cell.install.overrides(), have, platform, python)
+
+
+def missing_for(requirements: list[str], overrides: list[str], have: dict[str, str], platform: str,
+                python: str) -> list[Wheel]:
+    """The wheels of the resolution of `requirements` beside the box's packages that the box lacks."""
+    pinned = {canonicalize_name(Requirement(r).name) for r in requirements}
     kept = {name: version.split("+", 1)[0] for name, version in sorted(have.items()) if name not in pinned}
     while True:  # the box's packages are kept where they fit; one the pins rule out is replaced from the wheelhouse
         try:
-            lock = _lock(cell.requirements, [f"{n}=={v}" for n, v in kept.items()], platform, python,
-                         cell.install.overrides())
+            lock = _lock(requirements, [f"{n}=={v}" for n, v in kept.items()], platform, python, overrides)
             break
         except Unsatisfiable as exc:
             blamed = [n for n, v in kept.items() if re.search(rf"(?<![\w.-]){re.escape(n)}=={re.escape(v)}(?![\w.])",
@@ -156,10 +164,29 @@ def _fetch(wheel: Wheel, directory: Path) -> None:
     partial.replace(target)
 
 
+def _benchmark(name: str, pinned: dict[str, str], have: dict[str, str], platform: str, python: str,
+               taken: dict[str, Wheel], room: int) -> tuple[list[Wheel], str | None]:
+    """(every wheel a benchmark needs beyond the box, None) when those the rows' do not already hold fit in `room`
+    bytes; ([], why it is left out) when they do not, or cannot be had as wheels for the box."""
+    try:
+        found = missing_for(benchmarks.requirements(name, pinned), [], have, platform, python)
+    except InputError as exc:
+        return [], str(exc)
+    extra = [w for w in found if w.pin not in taken]
+    size = sum(size_of(w) for w in extra)
+    if size > room:
+        largest = ", ".join(f"{w.file} {size_of(w) / MIB:.1f} MiB" for w in sorted(extra, key=size_of)[::-1][:3])
+        return [], (f"its {len(extra)} wheels beyond the box and the rows ({size / MIB:.1f} MiB; largest: {largest}) "
+                    f"do not fit in the {room / MIB:.1f} MiB the rows leave of the limit")
+    return found, None
+
+
 def build(cells: list[Cell], matrix_name: str, have: dict[str, str], out: Path, platform: str, python: str,
-          limit_bytes: int, fetch: bool = True) -> dict:
+          limit_bytes: int, fetch: bool = True, bench: tuple[str, ...] = ()) -> dict:
     """Resolve, check the limit, fetch, and write the manifest; returns the manifest. Without `fetch`, only the
-    manifest it would write is returned (nothing is downloaded or written)."""
+    manifest it would write is returned (nothing is downloaded or written). The rows come first: each benchmark
+    of `bench` (harness.offline.benchmarks) goes in only where its wheels fit in what the rows leave of the limit,
+    and the manifest says why one is left out."""
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / MANIFEST).is_file():
         raise InputError(f"--out {out}: not empty and not a wheelhouse; give an empty or new folder")
@@ -171,10 +198,18 @@ def build(cells: list[Cell], matrix_name: str, have: dict[str, str], out: Path, 
         per_cell[cell.id] = {"add": sorted(w.pin for w in found),
                              "from_interpreter": {dist: version for dist, version in cell.pinned_releases().items()
                                                   if canonicalize_name(dist) not in added}}
+    total = check_limit(sorted(wheels.values(), key=lambda w: w.pin), limit_bytes)
+    per_bench = {}
+    pinned = {dist: version for cell in cells for dist, version in cell.pinned_releases().items()}
+    for name in bench:
+        found, left_out = _benchmark(name, pinned, have, platform, python, wheels, limit_bytes - total)
+        total += sum(size_of(w) for w in found if w.pin not in wheels)
+        wheels.update({w.pin: w for w in found})
+        per_bench[name] = {"add": sorted(w.pin for w in found), "left_out": left_out,
+                           "requirements": benchmarks.requirements(name, pinned)}
     chosen = sorted(wheels.values(), key=lambda w: w.pin)
-    total = check_limit(chosen, limit_bytes)
     manifest = {"matrix": matrix_name, "target": {"platform": platform, "python": python},
-                "limit_bytes": limit_bytes, "total_bytes": total, "cells": per_cell,
+                "limit_bytes": limit_bytes, "total_bytes": total, "cells": per_cell, "benchmarks": per_bench,
                 "files": [{"name": w.name, "version": w.version, "file": w.file, "size": size_of(w),
                            "sha256": w.sha256} for w in chosen]}
     if not fetch:
@@ -203,3 +238,42 @@ def read_manifest(directory: Path) -> dict:
                          "`python -m harness wheelhouse`") from None
 
 
+
+
+def _target_tags(platform: str, python: str) -> set[Tag]:
+    """The wheel tags a CPython `python` (3.12) on `platform` (x86_64-manylinux_2_28) installs: every manylinux
+    level up to the box's glibc, with the legacy names of 2_17, 2_12 and 2_5."""
+    arch, _, level = platform.partition("-manylinux_2_")
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    platforms = []
+    for minor in range(int(level), 4, -1):
+        platforms.append(f"manylinux_2_{minor}_{arch}")
+        if minor in legacy:
+            platforms.append(f"{legacy[minor]}_{arch}")
+    version = tuple(int(part) for part in python.split(".")[:2])
+    return {*cpython_tags(version, platforms=platforms), *compatible_tags(version, f"cp{version[0]}{version[1]}",
+                                                                          platforms=platforms)}
+
+
+def verify(directory: Path, manifest: dict, pins: list[str], label: str) -> None:
+    """Each of `pins` has its wheel in `directory`, with the manifest's sha256, installable on the manifest's
+    target: checked by reading the folder alone (no installer, no index), so it holds on the box before anything
+    is installed. InputError naming `label` (a row) and the first pin that fails."""
+    target = manifest["target"]
+    tags = _target_tags(str(target["platform"]), str(target["python"]))
+    entries = {(canonicalize_name(str(f.get("name", ""))), str(f.get("version", ""))): f
+               for f in manifest.get("files", []) if isinstance(f, dict)}
+    for pin in pins:
+        name, _, version = pin.partition("==")
+        entry = entries.get((canonicalize_name(name), version))
+        where = f"--wheelhouse {directory}: row {label} cannot install from it offline: {pin}"
+        if entry is None:
+            raise InputError(f"{where} is not in its {MANIFEST}; rebuild it with `python -m harness wheelhouse`")
+        path = Path(directory) / str(entry.get("file", ""))
+        if not path.is_file():
+            raise InputError(f"{where}: {path.name} is missing from the folder")
+        if not parse_wheel_filename(path.name)[3] & tags:
+            raise InputError(f"{where}: {path.name} is not for {target['platform']}, Python {target['python']}")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != entry.get("sha256"):
+            raise InputError(f"{where}: {path.name} has sha256 {digest}, its {MANIFEST} says {entry.get('sha256')}")

@@ -5,6 +5,9 @@ UTF-8. Decoded to a str, a single emoji (the legend's status symbols) makes Pyth
 the 31 million characters of a 10,000-cell report.json in four bytes: decoding and writing that cost more
 than orjson saved. So the ASCII decoder reads it, and an error handler writes each other character as
 json.dumps does (\\uXXXX, a surrogate pair beyond the BMP); the ASCII in between is decoded at C speed.
+
+Without orjson (an air-gapped box runs the harness on its own interpreter, which need not have it), json.dumps
+writes the same JSON data, pure ASCII, more slowly.
 """
 from __future__ import annotations
 
@@ -12,7 +15,10 @@ import codecs
 import json
 from typing import Any
 
-import orjson
+try:
+    import orjson
+except ModuleNotFoundError:  # a box's own interpreter (`run --here`): the standard library writes the same data
+    orjson = None
 
 _ASCII = bytes(range(128))
 # Past this many non-ASCII bytes (a report of Chinese messages), one UTF-8 decode is faster than escaping
@@ -42,6 +48,8 @@ codecs.register_error("harness-json-ascii", _escape)
 
 def json_text(data: Any) -> str:
     """`data` as one line of JSON (no spaces), ending in a newline."""
+    if orjson is None:
+        return json.dumps(data, separators=(",", ":")) + "\n"
     raw = orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)
     if raw.isascii():
         return raw.decode("ascii")

@@ -90,9 +90,12 @@ def choose(backend: str, model: str, staleness: int | None, rollout: str, engine
 
 def new_reference_settings(backend: str, model: str, staleness: int | None, rollout: str) -> dict:
     """What a new reference file starts from: another vLLM release's settings (vLLM), else the sync
-    Hugging Face reference's (tolerances, trainer flags); an empty dict when neither exists."""
+    Hugging Face reference's (tolerances, trainer flags), else the text model's (a new model trains on the same
+    task); an empty dict when none exists."""
     others = engine_references(backend, model, staleness) if rollout != "hf" else []
     if others:
         return settings_of(others[-1])
-    base = reference_path(backend, model)
-    return settings_of(base) if base.exists() else {}
+    for base in (reference_path(backend, model), reference_path(backend, "text")):
+        if base.exists():
+            return settings_of(base)
+    return {}

@@ -92,6 +92,7 @@ def test_the_shipped_matrices_load():
     assert {c.axes["tensordict"] for c in loaded["cpu"].cells} == {"0.10.0", "0.15.3"}
     # Only the air-gapped box's matrix is offline: the nightly never dispatches its cells to runners.
     assert [name for name, m in loaded.items() if m.offline] == ["gpu-evidence"]
+    assert loaded["gpu-evidence"].benchmarks == ("grpo-vs-trl",)
 
 
 BAD = [
@@ -119,6 +120,10 @@ BAD = [
     ("python is an option", VALID.replace('name = "t"', 'name = "t"\npython = "--help"'), "matrix.python"),
     ("python is a number", VALID.replace('name = "t"', 'name = "t"\npython = 3'), "matrix.python"),
     ("offline is a word", VALID.replace('name = "t"', 'name = "t"\noffline = "yes"'), "matrix.offline: expected true"),
+    ("benchmarks not a list", VALID.replace('name = "t"', 'name = "t"\noffline = true\nbenchmarks = "grpo-vs-trl"'),
+     "matrix.benchmarks: expected a list of benchmark names"),
+    ("benchmarks online", VALID.replace('name = "t"', 'name = "t"\nbenchmarks = ["grpo-vs-trl"]'),
+     "matrix.benchmarks: only an offline matrix"),
     ("include adds nothing", VALID + '[[include]]\nmodel = "text"\n', "include[0]: adds no cell"),
     ("known failure for a check not run",
      VALID + '[[known_failures]]\ncheck = "nested-chunking"\nwhen = { transformers = "==5.3.0" }\nreason = "r"\n'

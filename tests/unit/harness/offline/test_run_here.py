@@ -3,13 +3,14 @@ proxy point at a closed port, so a network access would fail the run), a mismatc
 evidence matrix's dry run on a CPU against its box's package list."""
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import sys
 from pathlib import Path
 
 import pytest
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 from wheel_helpers import offline_index, wheel
 
@@ -25,25 +26,26 @@ def _public(dist: str) -> str:
     return Version(importlib.metadata.version(dist)).public
 
 
-def _manifest(folder: Path, cells: dict[str, list[str]], python: str, from_interpreter=None) -> None:
-    files = [p.name for p in folder.glob("*.whl")]
+def _manifest(folder: Path, cells: dict[str, list[str]], python: str, from_interpreter=None,
+              benchmarks=None) -> None:
+    """The manifest `wheelhouse` writes for the wheels in `folder` (named, sized and hashed as it does)."""
+    files = []
+    for path in sorted(folder.glob("*.whl")):
+        name, version, _, _ = parse_wheel_filename(path.name)
+        files.append({"name": name, "version": str(version), "file": path.name, "size": path.stat().st_size,
+                      "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
     (folder / "wheelhouse.json").write_text(json.dumps({
         "matrix": "t", "target": {"platform": "x86_64-manylinux_2_28", "python": python}, "limit_bytes": 64 << 20,
-        "total_bytes": sum((folder / f).stat().st_size for f in files),
+        "total_bytes": sum(f["size"] for f in files),
         "cells": {cid: {"add": add, "from_interpreter": (from_interpreter or {}).get(cid, {})}
                   for cid, add in cells.items()},
-        "files": [{"file": f} for f in files]}))
+        "benchmarks": benchmarks or {}, "files": files}))
 
 
-@pytest.fixture
-def here(tmp_path, monkeypatch):
-    links = tmp_path / "wheels"
-    links.mkdir()
-    wheel(links, "tinypkg", "1.0")
-    offline_index(monkeypatch, links)
-    monkeypatch.setenv("UV_DEFAULT_INDEX", "http://127.0.0.1:9/simple")  # an index that cannot answer
-    torch, transformers = _public("torch"), _public("transformers")
-    (tmp_path / "here.toml").write_text(f"""
+def here_toml(torch: str, transformers: str) -> str:
+    """A matrix of this interpreter's torch and transformers: a text row, a VL row that needs tinypkg 1.0 from the
+    wheelhouse, and a row whose torch no interpreter has."""
+    return f"""
 [matrix]
 name = "here"
 checks = ["stack-smoke"]
@@ -61,7 +63,18 @@ requirements = ["tinypkg==1.0"]
 
 [[include]]
 torch = "9.9.9"
-""")
+"""
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch):
+    links = tmp_path / "wheels"
+    links.mkdir()
+    wheel(links, "tinypkg", "1.0")
+    offline_index(monkeypatch, links)
+    monkeypatch.setenv("UV_DEFAULT_INDEX", "http://127.0.0.1:9/simple")  # an index that cannot answer
+    torch, transformers = _public("torch"), _public("transformers")
+    (tmp_path / "here.toml").write_text(here_toml(torch, transformers))
     cells = {c.axes["model"] + c.axes["torch"]: c.id for c in matrix.load(tmp_path / "here.toml").cells}
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     _manifest(links, {cells["vl" + torch]: ["tinypkg==1.0"], cells["text" + torch]: [], cells["text9.9.9"]: []}, python)
@@ -103,7 +116,8 @@ def _evidence_wheelhouse(folder: Path, box: dict[str, str]) -> None:
         kept[cell.id] = {d: v for d, v in pins.items() if f"{d}=={v}" not in adds[cell.id]}
         for pin in adds[cell.id]:
             wheel(folder, *pin.split("=="))
-    _manifest(folder, adds, "3.12", kept)
+    left_out = {"add": [], "left_out": "its 9 wheels beyond the box do not fit", "requirements": ["trl==1.16.0"]}
+    _manifest(folder, adds, "3.12", kept, {"grpo-vs-trl": left_out})
 
 
 def test_the_evidence_matrix_dry_runs_on_a_cpu(tmp_path, monkeypatch, capsys):
@@ -113,7 +127,9 @@ def test_the_evidence_matrix_dry_runs_on_a_cpu(tmp_path, monkeypatch, capsys):
                        "--have", str(BOX), "--dry-run"])
     out = capsys.readouterr()
     assert status == 0, out.err
-    assert len(out.out.splitlines()) == 3 and all(" on cpu: " in line for line in out.out.splitlines())
+    rows, bench = out.out.splitlines()[:-1], out.out.splitlines()[-1]
+    assert len(rows) == 3 and all(" on cpu: " in line for line in rows)
+    assert bench.startswith("benchmark grpo-vs-trl: left out of the wheelhouse (its 9 wheels")
     assert "transformers==5.3.0" in out.out and "bridge-parity" in out.out
 
     changed = tmp_path / "other-box.txt"  # a box whose transformers is not the row's: refused
