@@ -69,7 +69,7 @@ def cmd_preflight(args) -> int:
     counts = {v: sum(r.verdict == v for _, _, r in done) for v in verdicts.ALL}
     print(f"pre-flight of {m.path.name}: {len(cells)} cells ({len(unique)} distinct pin sets, {answers.calls} "
           f"resolved, the rest from the cache) in {seconds:.1f} s: "
-          + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f"; wrote {summary}", file=sys.stderr)
+          + ", ".join(verdicts.counted(v, n) for v, n in counts.items() if n) + f"; wrote {summary}", file=sys.stderr)
     return 0
 
 

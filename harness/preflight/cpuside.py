@@ -99,11 +99,13 @@ def evidence_line(cell: Cell, date: str) -> str:
     part = [f"{n} ({checks.CHECKS[n].cpu_part})" for n, m in planned.items() if m == cpu_side.PART]
     awaiting = [n for n, m in planned.items() if m == cpu_side.AWAITS]
     runner = RUNNER_WORDS.get(cell.axes["device"], "runner")
-    built = sorted({name for name in SKIP_KERNEL_BUILDS
-                    if name in {canonicalize_name(Requirement(p).name) for p in cell.requirements}})
+    names = {canonicalize_name(Requirement(p).name) for p in cell.requirements}
+    built = sorted(name for name in SKIP_KERNEL_BUILDS if name in names)
+    vllm = sorted(name for name in names if name == "vllm" or name.startswith("vllm-"))
     return (f"CPU pre-flight on {date} on the cell's exact wheels from the index, device forced to cpu: "
             f"{', '.join(ran + part) or 'no check'} ran here; {', '.join(awaiting) or 'no check'} await a {runner}"
-            + (f"; built without their CUDA kernels: {', '.join(built)}" if built else ""))
+            + (f"; built without their CUDA kernels: {', '.join(built)}" if built else "")
+            + (f"; {', '.join(vllm)} on its CPU platform (VLLM_TARGET_DEVICE=cpu)" if vllm else ""))
 
 
 def preparer(env_root: Path, date: str):

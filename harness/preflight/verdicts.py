@@ -10,3 +10,10 @@ UNKNOWN = "pre-flight failed"  # the resolver could not answer (index unreachabl
 ALL = (INSTALLS, CONFLICT, NEEDS_BUILD, NOT_ON_RUNNER, UNKNOWN)
 # What the nightly still dispatches: the runner can build what needs a build, and an unanswered cell is tried.
 DISPATCHED = (INSTALLS, NEEDS_BUILD, UNKNOWN)
+
+
+def counted(verdict: str, count: int) -> str:
+    """'1 installs', '2 install', '37 need a build on the runner': a count of cells with the verb agreeing."""
+    if count != 1:
+        verdict = {INSTALLS: "install", NEEDS_BUILD: "need a build on the runner"}.get(verdict, verdict)
+    return f"{count} {verdict}"

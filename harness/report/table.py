@@ -20,6 +20,7 @@ from harness.results import cpu_side
 from harness.results.install_verdict import RUNNER, InstallVerdict, of_check
 from harness.results.records import CellResult, CheckResult, Status, did_not_run
 from harness.trust.repro import command as repro_command
+from harness.trust.repro import cpu_side_command
 
 from . import plot
 from .evidence import INSTALL_MESSAGE_LIMIT, findings, is_install_failure
@@ -332,7 +333,8 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
         message, failure_class, known = install.text(), install.failure_class, None
     elif known and did_not_run(check):  # a check that did not run can neither fail as known nor go stale
         known = None
-    repro = repro_command(cell_id, column.check) if check.status not in _NO_REPRO or flaky else ""
+    repro = "" if check.status in _NO_REPRO and not flaky else \
+        cpu_side_command(cell.matrix, cell_id) if origin is not None else repro_command(cell_id, column.check)
     series = plot.convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None
     rare = (not plain_log or verdicts or rejected or emulated or series or repro or flaky or attempts
             or original is not None or known or failure_class or check.reused_from or install or origin)

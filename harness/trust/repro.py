@@ -20,6 +20,12 @@ def command(cell_id: str, check: str, results_dir: str | None = None) -> str:
     return f"{text} --dir {quote(results_dir)}" if results_dir else text
 
 
+def cpu_side_command(matrix: str, cell_id: str) -> str:
+    """What reruns a verdict of the CPU pre-flight on a cell's exact wheels: that pre-flight again, for the cell
+    (the same install and the same CPU-only settings), not `repro`, which would run the check on its device."""
+    return f"python -m harness cpu-side {quote(f'matrices/{matrix}.toml')} --cells {quote(cell_id)}"
+
+
 def check_cell_id(cell_id: str) -> None:
     """An id names files and the environment directory that is cleared: only the ids a matrix makes
     (no path separator, no glob pattern, no leading dot) get that far."""

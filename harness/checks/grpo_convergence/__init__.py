@@ -101,6 +101,34 @@ def trainer_command(backend: str, model: str, steps: int, seed: int, metrics: Pa
     return command
 
 
+PARALLEL_KEYS = ("ep", "cp", "pp", "tp")  # the Megatron trainer's parallel sizes, given up in this order
+
+
+def fit_ranks(nproc: int, backend: str, args: dict, max_ranks: int | None) -> tuple[int, dict, str | None]:
+    """(ranks, trainer args, why fewer) for a run the reference made on `nproc` ranks, on the ranks there are:
+    at most `max_ranks` ([matrix] max_ranks), and on an accelerator at most its visible devices (a one-GPU box
+    has no second device for rank 1). Megatron's parallel sizes shrink to fit (expert, context, pipeline, then
+    tensor parallel to 1); the data-parallel size follows."""
+    from harness.envs import devices
+
+    device = os.environ.get("HARNESS_DEVICE", "cpu")
+    limits = [(max_ranks, f"max_ranks {max_ranks}")] if max_ranks else []
+    visible = devices.visible_devices(device) if device != "cpu" else None
+    if visible:  # None: cannot be told, run as the reference did
+        limits.append((len(visible), f"{len(visible)} visible {device} device" + ("s" if len(visible) > 1 else "")))
+    limit, why = min(limits, default=(nproc, None))
+    if limit >= nproc:
+        return nproc, args, None
+    args = dict(args)
+    if backend == "megatron":
+        for key in PARALLEL_KEYS:
+            if limit % math.prod(int(args.get(k, 1)) for k in PARALLEL_KEYS) == 0:
+                break
+            if int(args.get(key, 1)) > 1:
+                args[key] = 1
+    return limit, args, why
+
+
 def forked_trainer(command: list[str]) -> tuple[str, list[str], int] | None:
     """(trainer module, its argv, ranks) of a `trainer_command` that can run on ranks forked from this
     process: on CPU with Hugging Face rollout, or with vLLM on one rank (its engine then runs inside the
@@ -239,9 +267,10 @@ def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | 
     work.mkdir(parents=True, exist_ok=True)
     stem = f"grpo_{options.model}" + ("" if staleness is None else f"_async{staleness}")
     metrics_file, log = work / f"{stem}_metrics.jsonl", work / f"{stem}.log"
+    nproc = int(reference.get("nproc", NPROC))
+    ranks, args, fewer = fit_ranks(nproc, options.backend, args, options.max_ranks)
     command = trainer_command(options.backend, options.model, steps, options.seed, metrics_file, args,
-                              options.model_config or _reference_model_config(reference, work),
-                              int(reference.get("nproc", NPROC)))
+                              options.model_config or _reference_model_config(reference, work), ranks)
     code, seconds = run_trainer(command, log)
     from trainers.grpo.metrics import read_metrics
 
@@ -275,6 +304,9 @@ def _one_run(options: CheckOptions, staleness: int | None, trainer_args: dict | 
         last = records[-1]
         metrics.update({k: last.get(k) for k in ("overlap_fraction", "rollout_busy_fraction", "update_busy_fraction")})
     metrics["wall_seconds"] = round(seconds, 2)
+    metrics["ranks"], metrics["reference_ranks"] = ranks, nproc
+    if fewer:  # the reference's curve was made on more ranks: say so with the result
+        message = f"{message}; {ranks} rank{'s' if ranks != 1 else ''} of the reference's {nproc} ({fewer})"
     metrics["engine"] = _engine(args.get("rollout", "hf"))
     metrics["reference_file"] = reference_file  # None: held to no curve (band skipped) or to a test's reference
     metrics["command"] = command[1:]
@@ -369,6 +401,8 @@ def option_problem(args) -> str | None:
         return f"--seed: expected a whole number from 0 to {2**32 - 1}, got {args.seed}"
     if args.steps is not None and args.steps < 1:
         return f"--steps: expected a whole number of at least 1, got {args.steps}"
+    if args.max_ranks is not None and args.max_ranks < 1:
+        return f"--max-ranks: expected a whole number of ranks, at least 1, got {args.max_ranks}"
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr >= 0):
         return f"--lr: expected a finite number >= 0, got {args.lr}"
     return directory_problem("--work-dir", args.work_dir)
@@ -391,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=Path("grpo-convergence"))
     parser.add_argument("--regenerate", action="store_true", help="rewrite the reference curve from a fresh run")
     parser.add_argument("--rollout", default="hf", choices=("hf", "vllm"), help="with --regenerate: which reference")
+    parser.add_argument("--max-ranks", type=int, help="run on at most this many ranks (the reference's otherwise)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     problem = option_problem(args)
@@ -404,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {regenerate(args.model, args.backend, args.work_dir, argv, k, args.rollout)}")
         return 0
     options = CheckOptions(model=args.model, backend=args.backend, seed=args.seed, steps=args.steps,
-                           model_config=args.model_config, work_dir=args.work_dir, mode=args.mode)
+                           model_config=args.model_config, work_dir=args.work_dir, mode=args.mode,
+                           max_ranks=args.max_ranks)
     result = run_with(options, {"lr": args.lr} if args.lr is not None else None, staleness=bounds)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))

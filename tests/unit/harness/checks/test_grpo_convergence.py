@@ -163,6 +163,7 @@ def test_a_run_stopped_at_a_non_finite_loss_fails_naming_the_step(tmp_path, monk
     (["--steps", "0"], "--steps: expected a whole number of at least 1, got 0"),
     (["--seed=-2"], "--seed: expected a whole number from 0"),
     (["--work-dir", "FILE"], "--work-dir FILE: exists and is not a directory"),
+    (["--max-ranks", "0"], "--max-ranks: expected a whole number of ranks, at least 1, got 0"),
 ])
 def test_its_own_command_line_is_checked_before_it_runs(tmp_path, monkeypatch, capsys, args, expected):
     (tmp_path / "FILE").write_text("not a directory")
@@ -182,3 +183,34 @@ def test_a_diverging_two_rank_run_fails_at_its_step(tmp_path):
     assert result.status is Status.FAIL and result.message.startswith("training stopped at step ")
     # 4 from forked ranks; under torchrun (where this process cannot fork safely) its agent reports a failed rank as 1
     assert result.message.endswith(("(trainer exited 4)", "(trainer exited 1)")) and result.verdicts[0].name == "finite"
+
+
+@pytest.mark.parametrize("device, visible, max_ranks, expected", [
+    ("cpu", None, None, (2, {"tp": 2}, None)),
+    ("cpu", None, 1, (1, {"tp": 1}, "max_ranks 1")),
+    ("cuda", "0", None, (1, {"tp": 1}, "1 visible cuda device")),  # a one-GPU box: rank 1 has no device
+    ("cuda", "0,1", None, (2, {"tp": 2}, None)),
+    ("cuda", "0,1,2,3", 4, (2, {"tp": 2}, None)),  # never more than the reference's ranks
+])
+def test_a_run_fits_the_ranks_there_are(monkeypatch, device, visible, max_ranks, expected):
+    monkeypatch.setenv("HARNESS_DEVICE", device)
+    if visible is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert check.fit_ranks(2, "megatron", {"tp": 2, "lr": 0.005}, max_ranks) == \
+        (expected[0], {**expected[1], "lr": 0.005}, expected[2])
+    ranks, args, _ = check.fit_ranks(2, "fsdp", {"lr": 0.005}, max_ranks)
+    assert ranks == expected[0] and args == {"lr": 0.005}  # FSDP shards over whatever ranks there are
+
+
+def test_megatron_keeps_what_fits_and_gives_up_expert_parallel_first():
+    assert check.fit_ranks(8, "megatron", {"tp": 2, "ep": 2}, 2) == (2, {"tp": 2, "ep": 1}, "max_ranks 2")
+
+
+@pytest.mark.slow
+def test_one_rank_follows_the_two_rank_reference(tmp_path):
+    """Measured when written: one rank gives the two-rank curve (max deviation 0.000), so the band still holds."""
+    result = check.run(CheckOptions(model="text", work_dir=tmp_path, max_ranks=1))
+    assert result.status is Status.PASS, result.message
+    assert (result.metrics["ranks"], result.metrics["reference_ranks"]) == (1, 2)
+    assert result.message.endswith("; 1 rank of the reference's 2 (max_ranks 1)")
+    assert {v.name: v.status for v in result.verdicts}["band"] is Status.PASS

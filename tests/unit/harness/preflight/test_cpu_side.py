@@ -136,6 +136,8 @@ def test_the_report_shows_the_origin_until_a_runner_result_replaces_it(tmp_path)
     assert entries["patch-parity"].origin == "part from CPU pre-flight, the rest awaits a runner"
     assert entries["vllm-rollout"].origin == "awaits a runner" and entries["vllm-rollout"].status is Status.SKIP
     assert entries["bridge-parity"].origin is None
+    # A failed CPU-side verdict is rerun by the CPU pre-flight of that cell, not by `repro` on the cell's GPU.
+    assert entries["vllm-chat-parity"].repro == f"python -m harness cpu-side matrices/cuda.toml --cells {cell.id}"
     assert "on the cell's exact wheels" in row.environment["evidence"]
     assert row.axes[report.axes.index("device")] == "cuda"
     # A CPU-side row is no evidence either way for the passing ranges (its failure is on CPU, not the runner).
@@ -191,7 +193,9 @@ def test_the_install_drops_this_machines_local_builds_and_skips_cuda_kernel_buil
     cuda_cell = next(c for c in matrix.load(Path("matrices/cuda.toml")).select(tags=["cpu-side"]))
     assert cpuside.kernel_builds(cuda_cell) == {"CAUSAL_CONV1D_FORCE_BUILD": "TRUE",
                                                "CAUSAL_CONV1D_SKIP_CUDA_BUILD": "TRUE"}
-    assert "causal-conv1d" in cpuside.evidence_line(cuda_cell, "2026-11-27")
+    line = cpuside.evidence_line(cuda_cell, "2026-11-27")
+    assert "causal-conv1d" in line and line.endswith("; vllm on its CPU platform (VLLM_TARGET_DEVICE=cpu)")
+    assert "VLLM_TARGET_DEVICE" not in cpuside.evidence_line(cell, "2026-11-27")  # no vLLM in this cell
 
 
 @pytest.mark.parametrize("argv, expected", [

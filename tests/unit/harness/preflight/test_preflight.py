@@ -171,3 +171,12 @@ def test_verdicts_do_not_depend_on_the_terminals_width(tmp_path, monkeypatch):
     """uv wraps its sentences at COLUMNS: a narrow terminal must not turn a runner's limit into a conflict."""
     monkeypatch.setenv("COLUMNS", "30")
     test_a_rows_exclude_is_resolved_as_its_install_applies_it(tmp_path, monkeypatch)
+
+
+def test_the_summary_counts_cells_with_the_verb_agreeing():
+    from harness.preflight import verdicts
+
+    assert verdicts.counted(verdicts.INSTALLS, 1) == "1 installs"
+    assert verdicts.counted(verdicts.INSTALLS, 2) == "2 install"
+    assert verdicts.counted(verdicts.NEEDS_BUILD, 37) == "37 need a build on the runner"
+    assert verdicts.counted(verdicts.CONFLICT, 14) == "14 cannot be installed together"
