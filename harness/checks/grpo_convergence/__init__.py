@@ -104,18 +104,25 @@ def trainer_command(backend: str, model: str, steps: int, seed: int, metrics: Pa
 PARALLEL_KEYS = ("ep", "cp", "pp", "tp")  # the Megatron trainer's parallel sizes, given up in this order
 
 
+def visible_devices(device: str) -> int | None:
+    """How many `device` accelerators the trainer's ranks can have, one each (None on cpu)."""
+    if device == "cpu":
+        return None
+    from trainers.runtime.device import plan
+
+    return plan(device).device_count()
+
+
 def fit_ranks(nproc: int, backend: str, args: dict, max_ranks: int | None) -> tuple[int, dict, str | None]:
     """(ranks, trainer args, why fewer) for a run the reference made on `nproc` ranks, on the ranks there are:
     at most `max_ranks` ([matrix] max_ranks), and on an accelerator at most its visible devices (a one-GPU box
     has no second device for rank 1). Megatron's parallel sizes shrink to fit (expert, context, pipeline, then
     tensor parallel to 1); the data-parallel size follows."""
-    from harness.envs import devices
-
     device = os.environ.get("HARNESS_DEVICE", "cpu")
     limits = [(max_ranks, f"max_ranks {max_ranks}")] if max_ranks else []
-    visible = devices.visible_devices(device) if device != "cpu" else None
-    if visible:  # None: cannot be told, run as the reference did
-        limits.append((len(visible), f"{len(visible)} visible {device} device" + ("s" if len(visible) > 1 else "")))
+    visible = visible_devices(device)
+    if visible:  # None (cpu) or 0: no limit from devices; the trainer reports a missing device itself
+        limits.append((visible, f"{visible} visible {device} device" + ("s" if visible > 1 else "")))
     limit, why = min(limits, default=(nproc, None))
     if limit >= nproc:
         return nproc, args, None

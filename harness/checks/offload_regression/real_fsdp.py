@@ -113,9 +113,7 @@ def collect_forked(ranks, result: Path, log: Path) -> tuple[dict | None, Status,
 def launch(options: CheckOptions, plan, trainer_method: str, out_dir: Path,
            worker_module: str = WORKER) -> tuple[subprocess.Popen, Path, Path]:
     """Accelerators: start the torchrun job now; the emulation runs while it starts."""
-    import torch
-
-    ranks = max(1, min(FSDP_RANKS, getattr(torch, plan.type).device_count()))
+    ranks = max(1, min(FSDP_RANKS, plan.device_count()))  # launch runs on accelerators only: a count
     result, log = _fsdp_files(out_dir)
     args = ["--out", str(result), "--trainer-method", trainer_method, "--seed", str(options.seed),
             "--device", plan.type]

@@ -188,18 +188,23 @@ def test_a_diverging_two_rank_run_fails_at_its_step(tmp_path):
 @pytest.mark.parametrize("device, visible, max_ranks, expected", [
     ("cpu", None, None, (2, {"tp": 2}, None)),
     ("cpu", None, 1, (1, {"tp": 1}, "max_ranks 1")),
-    ("cuda", "0", None, (1, {"tp": 1}, "1 visible cuda device")),  # a one-GPU box: rank 1 has no device
-    ("cuda", "0,1", None, (2, {"tp": 2}, None)),
-    ("cuda", "0,1,2,3", 4, (2, {"tp": 2}, None)),  # never more than the reference's ranks
+    ("cuda", 1, None, (1, {"tp": 1}, "1 visible cuda device")),  # a one-GPU box: rank 1 has no device
+    ("cuda", 2, None, (2, {"tp": 2}, None)),
+    ("cuda", 4, 4, (2, {"tp": 2}, None)),  # never more than the reference's ranks
 ])
 def test_a_run_fits_the_ranks_there_are(monkeypatch, device, visible, max_ranks, expected):
     monkeypatch.setenv("HARNESS_DEVICE", device)
-    if visible is not None:
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setattr(check, "visible_devices", lambda kind: visible if kind == "cuda" else None)
     assert check.fit_ranks(2, "megatron", {"tp": 2, "lr": 0.005}, max_ranks) == \
         (expected[0], {**expected[1], "lr": 0.005}, expected[2])
     ranks, args, _ = check.fit_ranks(2, "fsdp", {"lr": 0.005}, max_ranks)
     assert ranks == expected[0] and args == {"lr": 0.005}  # FSDP shards over whatever ranks there are
+
+
+def test_the_device_count_comes_from_the_trainers_device_plan():
+    from trainers.runtime.device import plan
+
+    assert check.visible_devices("cpu") is None and plan("cpu").device_count() is None
 
 
 def test_megatron_keeps_what_fits_and_gives_up_expert_parallel_first():
