@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness import checks
 from harness.matrix import Cell
+from harness.results import install_verdict
 from harness.results.records import CellResult, CheckResult, Status, now, write_json_atomic, write_text_atomic
 
 from . import verdicts
@@ -38,8 +39,17 @@ def _check_result(name: str, cell: Cell, resolution: Resolution) -> CheckResult:
         runner = RUNNER_WORDS.get(cell.axes["device"], "runner")
         return CheckResult(name, Status.SKIP, f"awaits a {runner}; CPU pre-flight: {resolution.verdict}: "
                            f"{resolution.reason}", metrics=metrics)
+    # Not installable: the same install verdict a runner's failed setup carries, so the report counts the row as
+    # "cannot be installed together" or "not installable on this runner" (never "broken"), and as not having run
+    # the check (so it neither makes nor breaks a standing finding).
+    # The reason in the runner's words ("vllm 0.32.0 requires transformers<5.20.0; the row pins 5.23.0") where
+    # the resolver's sentence reads as that kind, else the sentence itself.
+    kind = install_verdict.CONFLICT if resolution.verdict == verdicts.CONFLICT else install_verdict.RUNNER
+    found = install_verdict.classify(resolution.reason)
+    if found is None or found.kind != kind:
+        found = install_verdict.InstallVerdict(kind, resolution.reason)
     return CheckResult(name, Status.ERROR, f"{resolution.verdict} (CPU pre-flight): {resolution.reason}",
-                       metrics=metrics, failure_class="test")
+                       metrics={**metrics, "install": found.to_dict()}, failure_class=found.failure_class)
 
 
 def cell_result(matrix_name: str, cell: Cell, resolution: Resolution, target: Target, lock: str | None) -> CellResult:

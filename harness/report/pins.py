@@ -10,13 +10,15 @@ line's Python (when the matrix pinned one), then one install of every pinned pac
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
 from harness.matrix.axes import PACKAGE_AXES, PYTHON_AXIS, VLLM_AXES
 
 from .grid import Line, lines
+from .support import KIND_LABELS, KINDS
 from .table import Report
 
 PASSING_KINDS = ("works", "patched")
@@ -33,6 +35,12 @@ class PinsBox:
     pins: list[tuple[str, str]]  # (distribution, version), in the report's axis order
     python: str
     other: list[tuple[str, str]]  # the line's other axes (device, mode, image): not installed, but part of it
+    verdicts: list[tuple[str, int]] = field(default_factory=list)  # (verdict label, lines), the report's order
+
+    @property
+    def by_verdict(self) -> str:
+        """'awaits a runner (CPU pre-flight only): 40; cannot be installed together: 10': why none passes."""
+        return "; ".join(f"{label}: {count}" for label, count in self.verdicts)
 
     @property
     def command(self) -> str:
@@ -90,7 +98,9 @@ def pins_boxes(report: Report) -> list[PinsBox]:
                     python = value
                 else:
                     other.append((axis, value))
-        boxes.append(PinsBox(_title(backend, with_vllm, device), best, len(members), pins, python, other))
+        counts = Counter(ln.verdict.kind for ln in members)
+        verdicts = [(KIND_LABELS[kind], counts[kind]) for kind in KINDS if counts[kind]]
+        boxes.append(PinsBox(_title(backend, with_vllm, device), best, len(members), pins, python, other, verdicts))
     return boxes
 
 

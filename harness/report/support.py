@@ -11,7 +11,8 @@ Derived only from the entries' statuses, sub-verdicts and install verdicts, neve
     known     a declared known failure (xfail), and nothing worse; the reason quotes the run's own figures
     awaits    nothing failed, but only the CPU pre-flight on the row's exact wheels ran its checks (or parts of
               them) and the rest await a GPU or NPU runner (results/cpu_side.py): never "works" before a runner
-              has run them
+              has run them; or only the install pre-flight has looked at the row (the reason is its verdict,
+              "installs" or "needs a build on the runner")
     standing  every check passed but for standing findings: failures the same in every row that runs the
               check (Report.standing, shown once with their evidence), so not this row's
     patched  works with the trainer's patches: an upstream bug reproduced (an `affected` status or
@@ -116,6 +117,9 @@ def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
                           + (f": {entry.message}" if entry.message else ""))
     if install:  # no check ran on this stack: the resolver's reason is the row's
         return RowVerdict(install[1].install.kind, install[1].message)
+    if awaiting and not ran:  # an install verdict only (harness/preflight/store.py): its words are the reason
+        first = next(e for e in row.entries.values() if e.origin in _NOT_ON_A_RUNNER)
+        return RowVerdict("awaits", f"no check has run yet: {first.message}")
     if awaiting:
         others = " but for a standing finding" if standing else ""
         waits = "awaits" if awaiting == 1 else "await"

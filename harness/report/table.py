@@ -306,6 +306,8 @@ def _known_failure(data: Any) -> dict[str, str] | None:
 
 
 _NO_REPRO = (Status.PASS, Status.SKIP)
+# An install-only pre-flight's skip (harness/preflight/store.py): the check awaits a runner, as a CPU-side one does.
+_AWAITS = cpu_side.LABELS[cpu_side.AWAITS]
 
 
 def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult, column: Column,
@@ -327,7 +329,8 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
         has_curve = has_curve or any("reward_curve" in v.metrics for v in check.verdicts)
     flaky, attempts, original = bool(check.flaky), len(check.attempts), check.original_status
     install = of_check(check) if check.status is Status.ERROR else None
-    origin = cpu_side.origin(metrics) if cpu_side.KEY in metrics else None
+    origin = cpu_side.origin(metrics) if cpu_side.KEY in metrics else \
+        _AWAITS if check.status is Status.SKIP and metrics.get("preflight") else None
     message, failure_class, known = check.message, check.failure_class, check.known_failure
     if install is not None:  # one line with the resolver's reason; the resolver's output is in the log
         message, failure_class, known = install.text(), install.failure_class, None

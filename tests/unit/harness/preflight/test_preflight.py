@@ -88,8 +88,18 @@ def test_the_report_shows_them_marked_until_a_runner_result_replaces_them(prefli
     row = next(r for r in report.rows if BASE in r.cells)
     assert "CPU pre-flight" in row.environment["evidence"]
     assert all(e.status is Status.SKIP and "awaits a GPU runner" in e.message for e in row.entries.values())
+    assert all(e.origin == "awaits a runner" for e in row.entries.values())
     conflict = next(r for r in report.rows if CONFLICT in r.cells)
-    assert all(e.status is Status.ERROR and e.failure_class == "test" for e in conflict.entries.values())
+    assert all(e.status is Status.ERROR and e.failure_class == "install-conflict" and e.install.kind == "conflict"
+               for e in conflict.entries.values())
+    # Each row's verdict names its true cause: never "broken" (no check ran) nor "not tested" (it awaits a runner).
+    from harness.report.support import row_verdict
+
+    kinds = {cid: row_verdict(report.columns, r) for r in report.rows for cid in r.cells}
+    assert kinds[CONFLICT].kind == "conflict" and kinds[CONFLICT].reason.startswith("cannot be installed together")
+    assert kinds[PLATFORM].kind == "runner"
+    assert kinds[BASE].kind == "awaits" and kinds[BASE].reason.startswith("no check has run yet: awaits a GPU runner")
+    assert kinds[SOURCE].kind == "awaits" and "needs a build on the runner" in kinds[SOURCE].reason
     # A cell that only installs is no evidence of support: the ranges count no passing combination.
     assert all(not r.passing for r in report.ranges)
 

@@ -43,8 +43,10 @@ def test_a_failing_check_takes_a_stack_out_of_the_pins():
     box = boxes_by_title(cells)["FSDP"]
     assert box.line is None and box.pins == [] and box.tested == 13
     page = to_html(build_report(cells))
-    assert "None of the 13 tested stacks passes every check" in page
-    assert "**FSDP**: none of the 13 tested stacks passes every check" in to_markdown(build_report(cells))
+    assert box.verdicts == [("broken", 13)]  # why none passes, by verdict
+    assert "None of the 13 stacks passes every check: see the grid. By verdict: broken: 13." in page
+    assert "**FSDP**: none of the 13 stacks passes every check (by verdict: broken: 13)" in \
+        to_markdown(build_report(cells))
 
 
 def test_the_pins_come_first_on_the_page_and_in_the_markdown():
