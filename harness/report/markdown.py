@@ -131,8 +131,8 @@ def _pins_lines(report: Report) -> list[str]:
     lines = []
     for box in pins_boxes(report):
         if box.line is None:
-            lines.append(f"- **{md_text(box.title)}**: none of the {box.tested} stacks passes every check (by verdict: "
-                         f"{md_text(box.by_verdict)})")
+            none = box.none_passes[0].lower() + box.none_passes[1:]
+            lines.append(f"- **{md_text(box.title)}**: {none} (by verdict: {md_text(box.by_verdict)})")
         else:
             lines.append(f"- **{md_text(box.title)}** (newest of {box.tested} tested stacks that pass every check): "
                          + md_text(box.command.replace("\n", " && ")))

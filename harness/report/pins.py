@@ -38,6 +38,13 @@ class PinsBox:
     verdicts: list[tuple[str, int]] = field(default_factory=list)  # (verdict label, lines), the report's order
 
     @property
+    def none_passes(self) -> str:
+        """'None of the 50 stacks passes every check', or for one stack 'Its one stack does not pass every check'."""
+        if self.tested == 1:
+            return "Its one stack does not pass every check"
+        return f"None of the {self.tested} stacks passes every check"
+
+    @property
     def by_verdict(self) -> str:
         """'awaits a runner (CPU pre-flight only): 40; cannot be installed together: 10': why none passes."""
         return "; ".join(f"{label}: {count}" for label, count in self.verdicts)

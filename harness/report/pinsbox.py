@@ -28,8 +28,8 @@ p.topins{display:block}div.pin p{display:none}div.pin{flex-basis:100%}}
 def _box(box: PinsBox) -> str:
     e = escape_html
     if box.line is None:
-        return (f'<div class="pin none"><h3>{e(box.title)}</h3><p>None of the {box.tested} stacks passes every '
-                f"check: see the grid. By verdict: {e(box.by_verdict)}.</p></div>")
+        return (f'<div class="pin none"><h3>{e(box.title)}</h3><p>{e(box.none_passes)}: see the grid. '
+                f"By verdict: {e(box.by_verdict)}.</p></div>")
     versions = ", ".join(f"{name} {version}" for name, version in box.pins)
     other = "; ".join(f"{axis} {value}" for axis, value in box.other)
     kind = "pass every check" + ("" if box.line.verdict.kind == "works" else " with the trainer's patches")

@@ -1,8 +1,10 @@
+
 """The first screen's answers: the pins to use (pins.py), the grid's lines and their plain reasons (grid.py),
 install failures and parser findings (evidence.py), and the details that start with what failed."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from harness.report import build_report, to_html, to_markdown
 from harness.report.evidence import findings, install_reason
@@ -44,6 +46,7 @@ def test_a_failing_check_takes_a_stack_out_of_the_pins():
     assert box.line is None and box.pins == [] and box.tested == 13
     page = to_html(build_report(cells))
     assert box.verdicts == [("broken", 13)]  # why none passes, by verdict
+    assert replace(box, tested=1).none_passes == "Its one stack does not pass every check"
     assert "None of the 13 stacks passes every check: see the grid. By verdict: broken: 13." in page
     assert "**FSDP**: none of the 13 stacks passes every check (by verdict: broken: 13)" in \
         to_markdown(build_report(cells))
