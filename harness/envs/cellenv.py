@@ -94,7 +94,6 @@ def _run_logged(argv: list[str], log, env: dict[str, str]) -> None:
         raise SetupFailed(f"`{Path(argv[0]).name} {' '.join(argv[1:3])}` exited with status {done.returncode}")
 
 
-
 def uv_override_args(lines, path: Path) -> list[str]:
     """uv's `--override FILE` for an install recipe's override lines (its `exclude`), FILE written at `path`;
     no arguments and no file where there are none."""
@@ -102,6 +101,7 @@ def uv_override_args(lines, path: Path) -> list[str]:
         return []
     path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     return ["--override", str(path)]
+
 
 def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
           python: str | None = None, from_index: tuple[str, ...] = (), remove: tuple[str, ...] = (),

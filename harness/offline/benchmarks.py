@@ -23,7 +23,6 @@ from . import here
 # with the transformers 5.x releases that have Qwen3.5.
 TRL_VERSION = "1.16.0"
 
-# name -> (what it measures, what it needs beyond the box, its module)
 # name -> (what it measures, what it needs beyond the box, its module). A name without a version takes the
 # version the matrix's rows pin (our trainer's tensordict is the rows' tensordict).
 BENCHMARKS = {

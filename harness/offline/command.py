@@ -80,7 +80,6 @@ def cmd_wheelhouse(args) -> int:
         print(benchmarks.plan_line(name, manifest))
     verb = "would hold" if args.dry_run else "holds"
     size = manifest["total_bytes"] / wheelhouse.MIB
-    size = manifest["total_bytes"] / wheelhouse.MIB
     print(f"wheelhouse {args.out} {verb} {len(manifest['files'])} wheels, {size:.1f} MiB of its {args.limit_mb:g} MiB "
           f"limit, for {args.platform}, Python {python}", file=sys.stderr)
     return 0
@@ -139,16 +138,17 @@ def run_here(args, run_options) -> int:
         print(f"dry run: {len(cells)} rows match {source} and install from {args.wheelhouse} offline "
               f"({wheels / wheelhouse.MIB:.1f} MiB); nothing ran", file=sys.stderr)
         return 0
-    for device in sorted({c.axes["device"] for c in cells}):
+    used = sorted({c.axes["device"] for c in cells})
+    for device in used:
         devices.require(device, f"matrix {m.path.name}")
-    overlays = Path(args.env_root) / "overlays"
-    device = next((d for d in sorted({c.axes["device"] for c in cells}) if d != "cpu"), "cpu")
+    overlays, folder = Path(args.env_root) / "overlays", Path(args.wheelhouse).resolve()
+    device = next((d for d in used if d != "cpu"), "cpu")
 
     def after_rows(out: Path) -> None:  # the benchmarks, on the rows' device, once the rows are done
         for name in bench:
-            result = benchmarks.run(name, manifest, Path(args.wheelhouse).resolve(), overlays, out, device)
+            result = benchmarks.run(name, manifest, folder, overlays, out, device)
             print(f"benchmark {name} on {device}: {result['status']}"
                   + (f" ({result['reason']})" if result.get("reason") else ""), file=sys.stderr)
 
-    run_options(m, cells, here.preparer(manifest, Path(args.wheelhouse).resolve(), overlays), after_rows)
+    run_options(m, cells, here.preparer(manifest, folder, overlays), after_rows)
     return 0

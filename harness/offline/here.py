@@ -78,26 +78,20 @@ class HereEnv(cellenv.CellEnv):
         return env
 
 
-def installer(python: str, pins: list[str], wheelhouse: Path, overlay: Path) -> tuple[list[str], dict[str, str]]:
-    """(argv, environment) installing `pins` from the wheelhouse alone into `overlay`: with the interpreter's own
-    pip where it has one (a box has pip, and nothing else need arrive for installing), else with uv. Either way no
-    index is asked, and no configuration of this machine (an index, find-links, constraints) takes part."""
+def installer(pins: list[str], wheelhouse: Path, overlay: Path) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment) installing `pins` for this interpreter from the wheelhouse alone into `overlay`: with
+    its own pip where it has one (a box has pip, and nothing else need arrive for installing), else with uv.
+    Either way no index is asked, and no configuration of this machine (an index, find-links, constraints) takes
+    part."""
     options = ["--no-index", "--find-links", str(wheelhouse), "--no-deps", "--target", str(overlay)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    if _has_pip(python):
+    if importlib.util.find_spec("pip") is not None:
         env["PIP_CONFIG_FILE"] = os.devnull  # no pip.conf: its index, find-links or constraints
-        return [python, "-m", "pip", "install", "--no-compile", "--disable-pip-version-check", "--no-cache-dir",
-                *options, *pins], env
+        return [sys.executable, "-m", "pip", "install", "--no-compile", "--disable-pip-version-check",
+                "--no-cache-dir", *options, *pins], env
     env.update({k: v for k, v in cellenv.uv_process_env().items()
                 if not k.startswith(("UV_INDEX", "UV_FIND_LINKS", "UV_DEFAULT_INDEX"))})
-    return [cellenv.uv_binary(), "pip", "install", "--python", python, *options, *pins], env
-
-
-def _has_pip(python: str) -> bool:
-    if python == sys.executable:
-        return importlib.util.find_spec("pip") is not None
-    done = subprocess.run([python, "-c", "import pip"], capture_output=True, check=False, preexec_fn=die_with_parent)
-    return done.returncode == 0
+    return [cellenv.uv_binary(), "pip", "install", "--python", sys.executable, *options, *pins], env
 
 
 def install_overlay(pins: list[str], wheelhouse: Path, overlay: Path, log) -> None:
@@ -106,7 +100,7 @@ def install_overlay(pins: list[str], wheelhouse: Path, overlay: Path, log) -> No
     if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == sorted(pins):
         return
     shutil.rmtree(overlay, ignore_errors=True)  # another row's set, or a broken install: start empty
-    argv, env = installer(sys.executable, pins, wheelhouse, overlay)
+    argv, env = installer(pins, wheelhouse, overlay)
     log.write(f"$ {' '.join(argv)}\n".encode())
     log.flush()
     done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, check=False, preexec_fn=die_with_parent)

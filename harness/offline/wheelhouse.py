@@ -238,8 +238,6 @@ def read_manifest(directory: Path) -> dict:
                          "`python -m harness wheelhouse`") from None
 
 
-
-
 def _target_tags(platform: str, python: str) -> set[Tag]:
     """The wheel tags a CPython `python` (3.12) on `platform` (x86_64-manylinux_2_28) installs: every manylinux
     level up to the box's glibc, with the legacy names of 2_17, 2_12 and 2_5."""
