@@ -99,10 +99,14 @@ def _on_device(cells: list[Cell], manifest: dict, device: str | None) -> tuple[l
     return moved, {**manifest, "cells": entries}
 
 
-def _check_offline_install(cells: list[Cell], manifest: dict, directory: Path) -> None:
-    """Each row's wheelhouse pins are in the folder, whole, for the box's platform and Python."""
+def _check_offline_install(cells: list[Cell], bench: tuple[str, ...], manifest: dict, directory: Path) -> None:
+    """Each row's and each benchmark's wheelhouse pins are in the folder, whole, for the box's platform and Python
+    (a benchmark left out of the wheelhouse has none)."""
     for cell in cells:
-        wheelhouse.verify(directory, manifest, list(manifest["cells"][cell.id].get("add", [])), cell.id)
+        wheelhouse.verify(directory, manifest, list(manifest["cells"][cell.id].get("add", [])), f"row {cell.id}")
+    for name in bench:
+        entry = manifest.get("benchmarks", {}).get(name) or {}
+        wheelhouse.verify(directory, manifest, list(entry.get("add", [])), f"benchmark {name}")
 
 
 def run_here(args, run_options) -> int:
@@ -126,7 +130,7 @@ def run_here(args, run_options) -> int:
         raise InputError(f"--wheelhouse {args.wheelhouse}: {wheels / wheelhouse.MIB:.1f} MiB of wheels, over its "
                          f"{manifest['limit_bytes'] / wheelhouse.MIB:g} MiB limit")
     checks = args.checks or list(m.checks)
-    _check_offline_install(cells, manifest, args.wheelhouse)  # before anything runs, on the box too
+    _check_offline_install(cells, bench, manifest, args.wheelhouse)  # before anything runs, on the box too
     if args.dry_run:
         for cell in cells:
             entry = manifest["cells"][cell.id]

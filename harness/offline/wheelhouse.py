@@ -256,7 +256,7 @@ def _target_tags(platform: str, python: str) -> set[Tag]:
 def verify(directory: Path, manifest: dict, pins: list[str], label: str) -> None:
     """Each of `pins` has its wheel in `directory`, with the manifest's sha256, installable on the manifest's
     target: checked by reading the folder alone (no installer, no index), so it holds on the box before anything
-    is installed. InputError naming `label` (a row) and the first pin that fails."""
+    is installed. InputError naming `label` ("row ID", "benchmark NAME") and the first pin that fails."""
     target = manifest["target"]
     tags = _target_tags(str(target["platform"]), str(target["python"]))
     entries = {(canonicalize_name(str(f.get("name", ""))), str(f.get("version", ""))): f
@@ -264,7 +264,7 @@ def verify(directory: Path, manifest: dict, pins: list[str], label: str) -> None
     for pin in pins:
         name, _, version = pin.partition("==")
         entry = entries.get((canonicalize_name(name), version))
-        where = f"--wheelhouse {directory}: row {label} cannot install from it offline: {pin}"
+        where = f"--wheelhouse {directory}: {label} cannot install from it offline: {pin}"
         if entry is None:
             raise InputError(f"{where} is not in its {MANIFEST}; rebuild it with `python -m harness wheelhouse`")
         path = Path(directory) / str(entry.get("file", ""))

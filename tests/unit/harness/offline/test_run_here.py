@@ -147,6 +147,20 @@ def test_the_evidence_matrix_dry_runs_on_a_cpu(tmp_path, monkeypatch, capsys):
     assert status == 2 and "cannot install from it offline" in err and "megatron-text" in err
 
 
+def test_a_benchmark_whose_wheels_are_not_in_the_folder_is_refused_before_anything_runs(tmp_path, monkeypatch,
+                                                                                        capsys):
+    offline_index(monkeypatch, tmp_path)
+    _evidence_wheelhouse(tmp_path / "wh", have.read(BOX))
+    manifest = json.loads((tmp_path / "wh" / "wheelhouse.json").read_text())
+    manifest["benchmarks"]["grpo-vs-trl"] = {"add": ["trl==1.16.0"], "left_out": None}  # no trl wheel there
+    (tmp_path / "wh" / "wheelhouse.json").write_text(json.dumps(manifest))
+    argv = ["run", str(EVIDENCE), "--here", "--wheelhouse", str(tmp_path / "wh"), "--device", "cpu", "--have",
+            str(BOX), "--dry-run"]
+    assert cli.main(argv) == 2
+    assert "benchmark grpo-vs-trl cannot install from it offline: trl==1.16.0 is not in its" in capsys.readouterr().err
+    assert cli.main([*argv, "--no-benchmarks"]) == 0  # the rows alone are whole
+
+
 def test_offline_options_need_here(capsys):
     assert cli.main(["run", str(EVIDENCE), "--wheelhouse", "wheels"]) == 2
     assert "--wheelhouse: only with --here" in capsys.readouterr().err
