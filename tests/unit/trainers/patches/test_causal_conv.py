@@ -89,15 +89,18 @@ def test_calls_the_rewrite_does_not_cover_go_to_the_stock_function():
 
 
 @pytest.mark.parametrize("name", [p.name for p in causal_conv.PATCHES])
-def test_a_model_built_under_the_patch_matches_stock(name):
+def test_a_model_built_under_the_patch_matches_stock(name, monkeypatch):
     qwen35_or_skip()
+    ran = []
+    for helper in ("depthwise_causal_conv", "_finish"):  # the rewrite's own arithmetic, on either path
+        original = getattr(causal_conv, helper)
+        monkeypatch.setattr(causal_conv, helper, lambda *a, _f=original, **k: ran.append(1) or _f(*a, **k))
     verdict = parity_stock.compare_patch(_patch(name), models=None, tolerances=TOLERANCES, seed=0)
     assert verdict.status is Status.PASS, verdict
     kind = "moe" if name.endswith("_moe") else "text"
     assert set(verdict.metrics) == {f"{kind}/float32", f"{kind}/bfloat16"}
-    # The patch ran: float32 rounding differs from oneDNN's somewhere in what it covers.
-    probe = "train" if "-update" not in name else "decode"
-    assert verdict.metrics[f"{kind}/float32"][f"{probe}_logits_max_abs_err"] > 0
+    # The patch ran (counted, not inferred from rounding: some CPUs round oneDNN's conv and the rewrite alike).
+    assert ran
 
 
 def _drop_last_tap(make):

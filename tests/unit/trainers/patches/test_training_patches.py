@@ -43,14 +43,18 @@ def test_fitted_rule_passes_the_fitted_chunk_to_the_stock_rule():
     assert seen == [16, 64, 64]
 
 
-def test_fitted_chunk_matches_the_stock_rule():
+def test_fitted_chunk_matches_the_stock_rule(monkeypatch):
     qwen35_or_skip()
+    ran = []
+    one_chunk = gated_delta_chunk.one_chunk_rule
+    monkeypatch.setattr(gated_delta_chunk, "one_chunk_rule", lambda *a, **k: ran.append(1) or one_chunk(*a, **k))
     patch = next(p for p in gated_delta_chunk.PATCHES if p.name.endswith(":qwen3_5"))
     verdict = parity_stock.compare_patch(patch, models=None, tolerances=FP32, seed=0)
     assert verdict.status is Status.PASS, verdict
     # The rule on lengths around the chunk sizes, and a model built under the patch (grouped value heads).
     assert set(verdict.metrics) == {f"L{n}/float32" for n in parity_chunk.LENGTHS} | {"text/float32"}
-    assert verdict.metrics["text/float32"]["train_logits_max_abs_err"] > 0  # the one-chunk form ran
+    # The one-chunk form ran (counted, not inferred from rounding: some CPUs round both forms alike).
+    assert ran
 
 
 def _without_decay(stock):
