@@ -116,7 +116,7 @@ def cuda_cpu_side(session: nox.Session) -> None:
     that need no accelerator on CPU, write them under reports/cuda/cpu-side/ and render reports/cuda; posargs go to
     `python -m harness cpu-side` (--cells, --tags, --env-root). Several GiB of downloads on a cold uv cache."""
     _install_harness(session)
-    if "UV_FIND_LINKS" in FORWARDED:  # pip's find-links, named so that the install leaves them out (cpuside.py)
+    if "UV_FIND_LINKS" in FORWARDED:  # pip's find-links, named so the install leaves them out (preflight/cpu_side.py)
         session.env["PIP_FIND_LINKS"] = " ".join(FORWARDED["UV_FIND_LINKS"].split(","))
     session.run("python", "-m", "harness", "cpu-side", str(MATRICES["cuda"]), *session.posargs)
     session.run("python", "-m", "harness", "report", str(ROOT / "reports" / "cuda"))
@@ -210,8 +210,8 @@ def tests_megatron_bridge(session: nox.Session) -> None:
     overrides = cellenv.uv_override_args(cell.install.overrides(), Path(session.create_tmp()) / "overrides.txt")
     session.install(*overrides, *cell.requirements, "pytest")
     _install_harness(session)
-    tests = session.posargs or ["tests/unit/harness/checks/test_megatron_bridge_library.py",
-                                "tests/unit/harness/checks/test_megatron_bridge_verdicts.py"]
+    tests = session.posargs or ["tests/e2e/test_megatron_bridge_library.py", "tests/unit/harness/checks/bridge_parity",
+                                "tests/unit/harness/checks/test_bridge_parity.py"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider",
                 f"--junitxml={JUNIT_DIR / 'tests-megatron-bridge.xml'}", *tests)
 

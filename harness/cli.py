@@ -23,9 +23,9 @@ from harness.execution import runner
 from harness.execution.lock import results_lock
 from harness.matrix import index, newest
 from harness.offline import command as offline_command
-from harness.plans import command as plan_command
+from harness.plans import verdict as plan_verdict
 from harness.preflight import command as preflight_command
-from harness.preflight import cpuside_command
+from harness.preflight import cpu_side as cpu_side_command
 from harness.results.directories import directory_problem
 from harness.results.records import write_json_atomic
 
@@ -145,9 +145,9 @@ def _parser() -> argparse.ArgumentParser:
     cy = gha.add_parser("carry", help="copy into a partial run's results the previous results' cells it did not run")
     cy.add_argument("previous", type=Path)
     cy.add_argument("results", type=Path)
-    plan_command.add_parser(sub)
+    plan_verdict.add_parser(sub)
     preflight_command.add_parser(sub)
-    cpuside_command.add_parser(sub)
+    cpu_side_command.add_parser(sub)
     offline_command.add_parser(sub)
     return top
 
@@ -187,7 +187,7 @@ def _check_model_config(path: Path, kind: str) -> None:
 
 def cmd_matrix(args) -> int:
     if args.action == "watch":
-        from harness.matrix.watch_cli import main as watch
+        from harness.matrix.watch import main as watch
 
         return watch(args.file, args.json, args.write, args.tags)
     m = matrix.load(args.file)
@@ -474,7 +474,7 @@ def cmd_ci(args) -> int:
         container = {"yes": True, "no": False, "any": None}[args.container]
         jobs = ci.main_matrix(args.listing, args.matrices, container)
         if args.preflight is not None:
-            from harness.preflight.dispatch import installable_jobs
+            from harness.preflight.store import installable_jobs
 
             kept, dropped = installable_jobs(json.loads(jobs), args.preflight)
             jobs = json.dumps(kept)
@@ -497,9 +497,9 @@ def cmd_ci(args) -> int:
 
 
 COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo,
-            "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect, "plan": plan_command.cmd_plan,
+            "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect, "plan": plan_verdict.cmd_plan,
             "checkserver": cmd_checkserver, "preflight": preflight_command.cmd_preflight,
-            "cpu-side": cpuside_command.cmd_cpu_side,
+            "cpu-side": cpu_side_command.cmd_cpu_side,
             "wheelhouse": offline_command.cmd_wheelhouse}
 
 

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from harness.benchmarks.grpo import THREAD_ENV, StepClock, run_capped, summarise
-from harness.checks.grpo_convergence import reference_path
+from harness.checks.grpo_convergence.references import reference_path
 from harness.results.records import write_json_atomic
 
 OVERLAP_KEYS = ("overlap_fraction", "rollout_busy_fraction", "update_busy_fraction")

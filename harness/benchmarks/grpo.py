@@ -40,7 +40,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from harness.checks.grpo_convergence import reference_path
+from harness.checks.grpo_convergence.references import reference_path
 from harness.envs import cellenv, envinfo
 from harness.offline.benchmarks import TRL_VERSION
 from harness.results.records import write_json_atomic

@@ -1,12 +1,13 @@
-"""The matrix bench (`nox -s bench -- --matrix`): chosen cells of a matrix run cold the old way and the
-new way side by side, then a warm rerun of the new way's results, with the breakdown of each and a
+"""The matrix bench (`nox -s bench -- --matrix`): chosen cells of a matrix run cold serially and with the
+defaults side by side, then a warm rerun of the defaults' results, with the breakdown of each and a
 comparison of their verdicts entry by entry.
 
-- old way: `--no-reuse --no-fork --jobs 1`, a fresh results directory and a fresh environment root;
-- new way: the defaults (reuse, fork) with `--jobs auto`, also fresh;
-- warm rerun: the new way again on the same results directory and environment root.
+- serial (`old_way` in the figures and the printed table): `--no-reuse --no-fork --jobs 1`, a fresh results
+  directory and a fresh environment root;
+- defaults (`new_way`): reuse and forked checks, with `--jobs auto`, also fresh;
+- warm rerun: the defaults again on the same results directory and environment root.
 
-uv's cache is warmed first (each cell's environment built once into a scratch root), so neither way
+uv's cache is warmed first (each cell's environment built once into a scratch root), so neither run
 pays for downloads. Each run is `harness run --no-report` followed by `harness report`, timed apart.
 A flag the harness does not have is left out and named under "harness_lacks", not a crash.
 
@@ -36,8 +37,8 @@ from harness.results.records import write_json_atomic
 from . import phases
 
 ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
-OLD_WAY = (("--no-reuse",), ("--no-fork",), ("--jobs", "1"))
-NEW_WAY = (("--jobs", "auto"),)
+SERIAL_FLAGS = (("--no-reuse",), ("--no-fork",), ("--jobs", "1"))
+DEFAULT_FLAGS = (("--jobs", "auto"),)
 
 
 @dataclass(frozen=True)
@@ -172,8 +173,8 @@ def bench(chosen: Slice, work: Path) -> dict:
     # `newest` resolved as the runs will resolve it, so the warm-up builds the same environments.
     cells = resolve_cells(m, m.select(list(chosen.cells) or None, list(chosen.tags) or None))
     ids = [c.id for c in cells]
-    old_flags, old_lacks = usable_flags(OLD_WAY)
-    new_flags, new_lacks = usable_flags(NEW_WAY)
+    old_flags, old_lacks = usable_flags(SERIAL_FLAGS)
+    new_flags, new_lacks = usable_flags(DEFAULT_FLAGS)
     figures: dict = {"date": dt.date.today().isoformat(), "machine": machine(), "matrix": chosen.matrix_file.name,
                      "harness_revision": envinfo.project_revision(),
                      "cells": ids, "checks": list(chosen.checks) or "the matrix's",

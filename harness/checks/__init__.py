@@ -24,7 +24,7 @@ class CheckSpec:
     backends: tuple[str, ...] = ("fsdp", "megatron")
     timeout: float = 600.0  # seconds; a cell's own timeout overrides it
     # On an accelerator cell, whether its verdict needs the device itself: the CPU pre-flight on a cell's exact
-    # wheels (harness/preflight/cpuside.py) runs only the checks that do not, with the device forced to cpu.
+    # wheels (harness/preflight/cpu_side.py) runs only the checks that do not, with the device forced to cpu.
     # True unless declared: a check nobody has judged is never run CPU-side.
     needs_accelerator: bool = True
     # The part of a check that needs an accelerator that still needs none, run CPU-side when PART_VARIABLE is

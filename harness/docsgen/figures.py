@@ -1,5 +1,5 @@
 """The measured page's table, from bench/figures.json (written by `nox -s bench`): the current figure of each
-benchmark with the machine and the date it was measured on. Earlier figures live in git's history."""
+benchmark with the machine and the date it was measured on."""
 from __future__ import annotations
 
 import json
@@ -13,9 +13,9 @@ FIGURES_FILE = ROOT / "bench" / "figures.json"
 # is shown as "not measured", so a renamed key in the bench shows here instead of vanishing.
 FIGURES = [
     ("matrix", "the whole CPU matrix, cells in parallel and reused (`-- --matrix`)", [
-        ("the old way: one cell after the other, no reuse", "old_way.wall_s", "s"),
-        ("the new way: `--jobs auto`, forked checks, reuse", "new_way.wall_s", "s"),
-        ("old over new", "old_to_new_ratio", "x"),
+        ("serial: one cell after the other, no reuse", "old_way.wall_s", "s"),
+        ("defaults: `--jobs auto`, forked checks, reuse", "new_way.wall_s", "s"),
+        ("serial over defaults", "old_to_new_ratio", "x"),
         ("a warm rerun (every cell kept)", "warm_rerun.wall_s", "s")]),
     ("four_families_in_a_cell", "the four check families in one FSDP cell, as a cell runs them", [
         ("wall time", "seconds", "s"), ("CPU time", "cpu_seconds", "s")]),

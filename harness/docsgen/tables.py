@@ -6,6 +6,7 @@ import functools
 import importlib.util
 import inspect
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,15 @@ from harness import errors
 from harness.checks import CHECKS
 
 ROOT = Path(__file__).resolve().parents[2]
+# A full stop that ends a sentence: followed by white space or the end, and not that of "e.g." or "i.e.".
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)\.(?=\s|$)")
+
+
+def first_sentence(doc: str) -> str:
+    """A docstring's first sentence, with its full stop, whitespace folded (a sentence may span lines)."""
+    paragraph = " ".join(doc.strip().split("\n\n")[0].split())
+    end = _SENTENCE_END.search(paragraph)
+    return paragraph[: end.end()] if end else paragraph
 
 
 def _cell(text: str) -> str:
@@ -56,7 +66,7 @@ def _status_rows(base: type) -> list[list[str]]:
     module's classes: another module or a test may subclass them in the same process."""
     classes = [cls for cls in _subclasses(base) if cls is not base and "exit_code" in vars(cls)
                and cls.__module__ == base.__module__]
-    return [[str(cls.exit_code), cls.__name__, _first_sentence(inspect.getdoc(cls) or "")]
+    return [[str(cls.exit_code), cls.__name__, _when(inspect.getdoc(cls) or "")]
             for cls in sorted(classes, key=lambda cls: cls.exit_code)]
 
 
@@ -67,9 +77,9 @@ def _subclasses(cls: type) -> list[type]:
     return found
 
 
-def _first_sentence(doc: str) -> str:
-    text = " ".join(doc.split())
-    return text.split("; exit")[0].rstrip(".")
+def _when(doc: str) -> str:
+    """An error class's first sentence without its "; exit N" (the table's own column says the status)."""
+    return first_sentence(doc).split("; exit")[0].rstrip(".")
 
 
 def nox_sessions(listing: list[dict] | None = None) -> list[dict]:
@@ -81,17 +91,36 @@ def nox_sessions(listing: list[dict] | None = None) -> list[dict]:
 
 @functools.cache
 def _nox_listing() -> list[dict]:
+    """nox's listing, each session's description its whole docstring (nox lists only its first line)."""
     done = subprocess.run([sys.executable, "-m", "nox", "-l", "--json", "-t", "all"], cwd=ROOT,
                           capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)
+    docstrings = session_docstrings(ROOT / "noxfile.py")
+    return [{**entry, "description": docstrings.get(entry.get("name", ""), entry.get("description") or "")}
+            for entry in json.loads(done.stdout)]
+
+
+def session_docstrings(noxfile: Path) -> dict[str, str]:
+    """Session name -> its function's docstring, read from the noxfile (not imported: it needs nox)."""
+    found = {}
+    for node in ast.walk(ast.parse(noxfile.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for decorator in node.decorator_list:
+            call = decorator if isinstance(decorator, ast.Call) else None
+            target = call.func if call else decorator
+            if isinstance(target, ast.Attribute) and target.attr == "session":
+                names = [k.value.value for k in (call.keywords if call else ()) if k.arg == "name"
+                         and isinstance(k.value, ast.Constant)]
+                found[names[0] if names else node.name] = ast.get_docstring(node) or ""
+    return found
 
 
 def sessions_table(listing: list[dict] | None = None, full: bool = False) -> str:
-    """One row per nox session: the first line of its docstring (the whole docstring with full=True)."""
+    """One row per nox session: the first sentence of its docstring (the whole docstring with full=True)."""
     rows = []
     for entry in nox_sessions(listing):
         description = entry.get("description") or ""
-        text = description if full else description.split("\n\n")[0]
+        text = description if full else first_sentence(description)
         rows.append([f"`{entry['session']}`", text])
     rows.append(["`cell-<matrix>(<cell id>)`", "one cell of a matrix; `nox -l --json -t cell` lists them with their "
                  "call_spec (`-t offline-cell`: an offline box's), `nox -t TAG` runs the cells a matrix tags"])

@@ -14,6 +14,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -26,9 +27,11 @@ from harness.errors import InputError
 
 from . import axes as ax
 from . import sources, symbols
-from .expand import Cell, Matrix
 from .index import PackageIndex
 from .metadata import MetadataSource
+
+if TYPE_CHECKING:  # for the annotations only: expand reads derived values through this module's Resolver
+    from .expand import Cell, Matrix
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from harness.envs.lifetime import die_with_parent
 from harness.errors import InputError
 from harness.results.records import write_json_atomic
 
-from . import here
+from . import box_interpreter
 
-# The newest TRL at the time of writing; its metadata asks only transformers>=4.56.2, so it installs
+# The TRL release the benchmark is pinned to; its metadata asks only transformers>=4.56.2, so it installs
 # with the transformers 5.x releases that have Qwen3.5.
 TRL_VERSION = "1.16.0"
 
@@ -80,7 +80,7 @@ def run(name: str, manifest: dict, wheelhouse: Path, overlays: Path, out_dir: Pa
     with open(log, "wb") as handle:
         try:
             if overlay is not None:
-                here.install_overlay(pins, wheelhouse, overlay, handle)
+                box_interpreter.install_overlay(pins, wheelhouse, overlay, handle)
         except cellenv.SetupFailed as exc:
             result = {**record, "status": "failed", "reason": str(exc), "log_tail": cellenv.tail(log, lines=15)}
             write_json_atomic(target, result)

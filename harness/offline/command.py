@@ -13,8 +13,7 @@ from harness.errors import InputError
 from harness.matrix import Cell
 from harness.matrix.axes import CHOICE_AXES, PYTHON_RE, cell_id
 
-from . import benchmarks, here, wheelhouse
-from . import have as have_list
+from . import benchmarks, box_interpreter, wheelhouse
 
 PLATFORM_RE = re.compile(r"^(x86_64|aarch64)-manylinux_2_\d{1,2}$")
 DEFAULT_PLATFORM = "x86_64-manylinux_2_28"
@@ -70,7 +69,7 @@ def cmd_wheelhouse(args) -> int:
     cells = m.select(args.cells, args.tags)
     python = _python_of(cells, args.python)
     benchmarks.check_names(m.benchmarks, m.path)
-    box = have_list.read(args.have)
+    box = box_interpreter.read(args.have)
     manifest = wheelhouse.build(cells, m.name, box, args.out, args.platform, python,
                                 int(args.limit_mb * wheelhouse.MIB), fetch=not args.dry_run, bench=m.benchmarks)
     for cid, entry in manifest["cells"].items():
@@ -121,10 +120,11 @@ def run_here(args, run_options) -> int:
     cells, manifest = _on_device(m.select(args.cells, args.tags), manifest, args.device)
     bench = () if args.no_benchmarks else m.benchmarks
     if args.have is not None:
-        box, python, source = have_list.read(args.have), str(manifest["target"]["python"]), str(args.have)
+        box, python, source = box_interpreter.read(args.have), str(manifest["target"]["python"]), str(args.have)
     else:
-        box, python, source = have_list.current(), here.interpreter_python(), f"this interpreter ({sys.executable})"
-    here.refuse_mismatches(cells, manifest, box, python, source)
+        box, python = box_interpreter.current(), box_interpreter.interpreter_python()
+        source = f"this interpreter ({sys.executable})"
+    box_interpreter.refuse_mismatches(cells, manifest, box, python, source)
     wheels = sum(f.stat().st_size for f in Path(args.wheelhouse).glob("*.whl"))
     if wheels > int(manifest.get("limit_bytes", wheels)):
         raise InputError(f"--wheelhouse {args.wheelhouse}: {wheels / wheelhouse.MIB:.1f} MiB of wheels, over its "
@@ -154,5 +154,5 @@ def run_here(args, run_options) -> int:
             print(f"benchmark {name} on {device}: {result['status']}"
                   + (f" ({result['reason']})" if result.get("reason") else ""), file=sys.stderr)
 
-    run_options(m, cells, here.preparer(manifest, folder, overlays), after_rows)
+    run_options(m, cells, box_interpreter.preparer(manifest, folder, overlays), after_rows)
     return 0

@@ -34,7 +34,7 @@ from harness.matrix import Cell
 from harness.results.records import write_json_atomic
 
 from . import benchmarks
-from .have import same_release
+from .box_interpreter import same_release
 
 MANIFEST = "wheelhouse.json"
 DEFAULT_LIMIT_MB = 64

@@ -3,8 +3,8 @@
 A plan (`plans/*.toml`, format in `plan_format.py`) names a model (`plans/models/*.json`, the
 published config) and how a run would lay it out. `rules.py` asks the installed megatron-core
 (and the vLLM rule) whether it would start; `memory.py` counts what one rank holds on the real
-modules built on the `meta` device. `verdict.py` puts the two together, one line per reason;
-`command.py` is the `plan` verb, `validate.py` measures the estimate against a real step on CPU.
+modules built on the `meta` device. `verdict.py` puts the two together, one line per reason, and is
+the `plan` verb; `validate.py` measures the estimate against a real step on CPU.
 `megatron_count.py` builds megatron-core's own modules of one rank per stage to check the count.
 
 May import: harness.errors (and trainers.megatron's layer specs, inside megatron_count's functions).

@@ -222,7 +222,7 @@ def gdn_refuses_packed() -> tuple[bool | None, str]:
     NotImplementedError("GDN does not support packed sequence ...") up front; a release that
     accepts THD goes on into its packed path and calls the layer's own methods, which stops it.
     The answer is megatron-core's default mode (FLA's kernels); where its deterministic_mode (the
-    pure-torch rule, what runs without flash-linear-attention) refuses packed input, the evidence says so.
+    pure-torch rule, what runs without flash-linear-attention) refuses packed input, the answer says so.
     """
     try:
         from megatron.core.ssm.gated_delta_net import GatedDeltaNet
@@ -234,13 +234,13 @@ def gdn_refuses_packed() -> tuple[bool | None, str]:
     packed = PackedSeqParams(qkv_format="thd", cu_seqlens_q=torch.tensor([0, 2, 4], dtype=torch.int32),
                              cu_seqlens_kv=torch.tensor([0, 2, 4], dtype=torch.int32), max_seqlen_q=2,
                              max_seqlen_kv=2)
-    refuses, evidence = _ask(GatedDeltaNet, packed, deterministic=False)
+    refuses, answer = _ask(GatedDeltaNet, packed, deterministic=False)
     if refuses is False:
         strict, why = _ask(GatedDeltaNet, packed, deterministic=True)
         if strict:
-            evidence += (f"; in deterministic_mode it refuses ({why}): packed batches need flash-linear-attention's "
+            answer += (f"; in deterministic_mode it refuses ({why}): packed batches need flash-linear-attention's "
                          "kernels with deterministic_mode off")
-    return refuses, evidence
+    return refuses, answer
 
 
 def _ask(layer_class, packed, deterministic: bool) -> tuple[bool | None, str]:

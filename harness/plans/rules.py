@@ -170,17 +170,17 @@ def _layout(plan: Plan, src: str) -> list[Finding]:
 def _packed(plan: Plan, src: str) -> list[Finding]:
     if not plan.model.has_gdn:
         return [Finding("batch.remove_padding", OK, f"{plan.model.name} has no Gated DeltaNet layers")]
-    refuses, evidence = megatron_probe.gdn_refuses_packed()
+    refuses, answer = megatron_probe.gdn_refuses_packed()
     out = []
     if plan.remove_padding and refuses:
         out.append(Finding("batch.remove_padding", FAIL, f"true, but this megatron-core's GDN refuses packed "
-                           f"(THD) input: {evidence}", src))
+                           f"(THD) input: {answer}", src))
     elif plan.remove_padding and refuses is None:
-        out.append(Finding("batch.remove_padding", UNCHECKED, evidence, src))
+        out.append(Finding("batch.remove_padding", UNCHECKED, answer, src))
     elif plan.remove_padding:
-        out.append(Finding("batch.remove_padding", OK, f"true; {evidence}", src))
+        out.append(Finding("batch.remove_padding", OK, f"true; {answer}", src))
     else:
-        note = {True: "required here", False: "this megatron-core would take true as well"}.get(refuses, evidence)
+        note = {True: "required here", False: "this megatron-core would take true as well"}.get(refuses, answer)
         out.append(Finding("batch.remove_padding", OK, f"false: padded (BSHD) batches ({note})", src))
     if plan.dynamic_bsz and not plan.remove_padding:
         out.append(Finding("batch.dynamic_bsz", FAIL, "true needs remove_padding (token-packed micro-batches); "

@@ -1,16 +1,27 @@
-"""One verdict per plan: the start-up rules, then memory per device, each reason one line.
+"""One verdict per plan: the start-up rules, then memory per device, each reason one line; and the `plan` verb.
 
 A plan `would start` when no rule fails and the estimate fits the device; `would not start` when
 one fails; a rule that could not be asked of this environment is listed as unchecked (never as
 passed), and a plan whose only open points are unchecked is `unchecked`, not a pass.
+
+`python -m harness plan FILE...` prints a verdict per launch plan, one line per reason. Exit status: 0 when
+every plan would start, 1 when one would not (or is unchecked somewhere) or one that would start declares
+`[expect] starts = false` (a stale declaration, said on its own line), 2 for a plan file that is not valid
+(InputError), 3 without torch here. `--json` prints JSON.
 """
 from __future__ import annotations
 
+import json
+import os
+import sys
+import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from ..errors import EnvironmentMissing, InputError
 from . import megatron_probe, rules
 from .memory import GIB, ConservationError, MemoryUnavailable, fsdp_estimate, megatron_estimate
-from .plan_format import Plan
+from .plan_format import Plan, load_plan
 from .rules import FAIL, OK, UNCHECKED, Finding
 
 START, NO_START, OPEN = "would start", "would not start", "unchecked"
@@ -84,3 +95,35 @@ def evaluate(plan: Plan) -> PlanVerdict:
         verdict.findings.append(Finding("cluster.memory_gib", UNCHECKED,
                                         "not estimated: the plan fails a start-up rule"))
     return verdict
+
+
+def add_parser(sub) -> None:
+    plan = sub.add_parser("plan", help="check launch plans (plans/*.toml) against this environment's versions")
+    plan.add_argument("files", type=Path, nargs="+", metavar="FILE")
+    plan.add_argument("--json", action="store_true")
+
+
+def cmd_plan(args) -> int:
+    """The `plan` verb: every file loaded and validated, then each plan's verdict printed (or --json)."""
+    plans = [load_plan(path) for path in args.files]  # every file validated before any is evaluated
+    names = [p.path.resolve() for p in plans]
+    if len(set(names)) != len(names):
+        raise InputError("plan: the same file is named twice")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        import torch
+    except ImportError:
+        raise EnvironmentMissing("plan: needs torch in this environment (and megatron-core for Megatron "
+                                 "plans); run it in a cell's environment or `nox -s tests`'s") from None
+
+    torch.set_num_threads(1)
+    # megatron-core warns on import that Transformer Engine and Apex are absent: true, and beside the point
+    warnings.filterwarnings("ignore", module=r"megatron\.")
+    verdicts = [evaluate(plan) for plan in plans]
+    if args.json:
+        print(json.dumps([v.to_dict() for v in verdicts], indent=1))
+    else:
+        for verdict in verdicts:
+            print("\n".join(verdict.lines()))
+    sys.stdout.flush()
+    return 0 if all(v.verdict == START and not v.stale_expect for v in verdicts) else 1

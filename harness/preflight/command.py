@@ -1,8 +1,17 @@
 """`python -m harness preflight MATRIX`: every cell's install verdict and lock, resolved on this machine for the
-runner's platform and Python, written where the report shows them until a runner's result replaces them."""
+runner's platform and Python, written where the report shows them until a runner's result replaces them.
+
+Recent resolutions are kept, so a second pre-flight of a matrix costs no resolver call (`Cache`). They are keyed
+by everything the answer depends on: the pins, the source builds, the target, uv's version and the index
+settings uv sees. An entry is used for `max_age_s` (the unpinned dependencies of a lock move with new releases);
+unanswered resolutions are never kept.
+"""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -10,12 +19,16 @@ from functools import partial
 from pathlib import Path
 
 from harness import matrix
+from harness.envs import cellenv, pipconfig
 from harness.errors import InputError
 from harness.matrix import newest
 from harness.matrix.axes import PYTHON_RE
+from harness.results.records import write_json_atomic
 
-from . import cache, store, verdicts
-from .resolve import Resolution, cell_pins, compile_lock, resolve, target_for
+from . import store
+from .resolve import ALL, METHOD, UNKNOWN, Resolution, Target, cell_pins, compile_lock, counted, resolve, target_for
+
+DEFAULT_MAX_AGE_S = 12 * 3600.0
 
 
 def add_parser(sub) -> None:
@@ -29,7 +42,7 @@ def add_parser(sub) -> None:
     pf.add_argument("--python", default=f"{sys.version_info.major}.{sys.version_info.minor}",
                     help="the Python of cells that name none, by axis, [matrix] python or image (default: this one)")
     pf.add_argument("--cache", type=Path, default=Path(".harness/preflight-cache"), help="where answers are kept")
-    pf.add_argument("--max-age", type=float, default=cache.DEFAULT_MAX_AGE_S / 3600, metavar="HOURS",
+    pf.add_argument("--max-age", type=float, default=DEFAULT_MAX_AGE_S / 3600, metavar="HOURS",
                     help="use a kept answer up to this old (default 12)")
     pf.add_argument("--no-cache", action="store_true", help="ask the resolver for every cell")
     pf.add_argument("--jobs", type=int, default=4, help="resolver calls at once (default 4)")
@@ -66,25 +79,59 @@ def cmd_preflight(args) -> int:
     else:
         for cell, _, resolution in done:
             print(f"{cell.id}  {resolution.verdict}: {resolution.reason}")
-    counts = {v: sum(r.verdict == v for _, _, r in done) for v in verdicts.ALL}
+    counts = {v: sum(r.verdict == v for _, _, r in done) for v in ALL}
     print(f"pre-flight of {m.path.name}: {len(cells)} cells ({len(unique)} distinct pin sets, {answers.calls} "
           f"resolved, the rest from the cache) in {seconds:.1f} s: "
-          + ", ".join(verdicts.counted(v, n) for v, n in counts.items() if n) + f"; wrote {summary}", file=sys.stderr)
+          + ", ".join(counted(v, n) for v, n in counts.items() if n) + f"; wrote {summary}", file=sys.stderr)
     return 0
+
+
+def uv_version() -> str:
+    done = subprocess.run([cellenv.uv_binary(), "--version"], capture_output=True, text=True, check=False)
+    return done.stdout.strip()
+
+
+def key(requirements: list[str], from_source: tuple[str, ...], target: Target, uv: str) -> str:
+    settings = {name: value for name, value in sorted({**os.environ, **pipconfig.uv_environment()}.items())
+                if name.startswith("UV_") and ("INDEX" in name or "FIND_LINKS" in name or "CONSTRAINT" in name)}
+    text = json.dumps([sorted(requirements), sorted(from_source), target.platform, target.python, uv, settings, METHOD])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+class Cache:
+    def __init__(self, directory: Path | None, max_age_s: float = DEFAULT_MAX_AGE_S):
+        self.directory, self.max_age_s = directory, max_age_s
+
+    def get(self, name: str) -> Resolution | None:
+        if self.directory is None:
+            return None
+        path = self.directory / f"{name}.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if time.time() - float(data["stored"]) > self.max_age_s:
+                return None
+            return Resolution.from_dict(data["resolution"])
+        except (OSError, ValueError, KeyError, TypeError):  # absent or unreadable: resolve again
+            return None
+
+    def put(self, name: str, resolution: Resolution) -> None:
+        if self.directory is None or resolution.verdict == UNKNOWN:
+            return
+        write_json_atomic(self.directory / f"{name}.json", {"stored": time.time(), "resolution": resolution.to_dict()})
 
 
 class Resolver:
     """The resolver behind the answer cache, counting its calls."""
 
     def __init__(self, directory: Path | None, max_age_s: float):
-        self.store = cache.Cache(directory, max_age_s)
-        self.uv = cache.uv_version()
+        self.store = Cache(directory, max_age_s)
+        self.uv = uv_version()
         self.calls = 0
         self.source_only: set[str] = set()  # pins found to be source releases, shared by the run's cells
 
     def key(self, cell, target) -> str:
         # An excluded distribution is a never-true override line: part of what is resolved, so of the key.
-        return cache.key(cell_pins(cell) + cell.install.overrides(), cell.install.from_source, target, self.uv)
+        return key(cell_pins(cell) + cell.install.overrides(), cell.install.from_source, target, self.uv)
 
     def resolve(self, cell, target) -> Resolution:
         name = self.key(cell, target)

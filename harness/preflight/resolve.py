@@ -1,5 +1,8 @@
 """One cell's install verdict and lock, from uv's resolver run for the runner's platform and Python.
 
+The verdicts are plain words, the ones the report and the setup findings use (INSTALLS, CONFLICT, NEEDS_BUILD,
+NOT_ON_RUNNER, and UNKNOWN when the resolver could not answer).
+
 `uv pip compile` reads only metadata (wheel METADATA files, served apart from the wheels by the index): no
 wheel is downloaded, so a CUDA or Ascend cell resolves on a CPU machine in seconds. The cell's pins are never
 built (`--only-binary` each): a pin that is a source release only is named, not built. (uv's `--no-build` for
@@ -30,8 +33,6 @@ from harness.envs import cellenv
 from harness.envs.lifetime import die_with_parent
 from harness.matrix import Cell
 
-from . import verdicts
-
 DEFAULT_GLIBC = "2_28"  # the manylinux the runners' wheels are chosen for (uv's --python-platform)
 _IMAGE_PYTHON = re.compile(r"[-_]py(3)\.?(\d{1,2})(?:$|[-_.])")
 _PIN = r"(?P<pin>[A-Za-z0-9._-]+==[A-Za-z0-9.+!_-]+)"
@@ -42,6 +43,16 @@ _AVAILABLE_ON = re.compile(
 METHOD = "pins-only-binary/1"  # how resolutions are made: part of the cache key, so a change forgets old answers
 UNRESOLVABLE = ("No solution found", "unsatisfiable")  # uv's words for a conflict (as harness/execution/run.py)
 TIMEOUT_S = 300.0
+
+INSTALLS = "installs"
+CONFLICT = "cannot be installed together"  # the resolver's reason follows
+NEEDS_BUILD = "needs a build on the runner"  # a pin is a source release only (or the recipe builds it)
+NOT_ON_RUNNER = "not installable on this runner"  # a pin has wheels for other platforms and no source release
+UNKNOWN = "pre-flight failed"  # the resolver could not answer (index unreachable): no verdict, the runner decides
+
+ALL = (INSTALLS, CONFLICT, NEEDS_BUILD, NOT_ON_RUNNER, UNKNOWN)
+# What the nightly still dispatches: the runner can build what needs a build, and an unanswered cell is tried.
+DISPATCHED = (INSTALLS, NEEDS_BUILD, UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,13 @@ class Resolution:
     def from_dict(cls, data: dict) -> Resolution:
         return cls(str(data["verdict"]), str(data["reason"]), str(data["lock"]), [str(p) for p in data["built"]],
                    float(data.get("seconds", 0.0)))
+
+
+def counted(verdict: str, count: int) -> str:
+    """'1 installs', '2 install', '37 need a build on the runner': a count of cells with the verb agreeing."""
+    if count != 1:
+        verdict = {INSTALLS: "install", NEEDS_BUILD: "need a build on the runner"}.get(verdict, verdict)
+    return f"{count} {verdict}"
 
 
 def image_python(image: str | None) -> str | None:
@@ -148,14 +166,14 @@ def resolve(requirements: list[str], from_source: tuple[str, ...], target: Targe
         status, lock, stderr = compile(wanted, target)
         flat = " ".join(stderr.split())  # uv wraps its sentences at the terminal's width (COLUMNS)
         if status == 0:
-            verdict = verdicts.NEEDS_BUILD if built else verdicts.INSTALLS
+            verdict = NEEDS_BUILD if built else INSTALLS
             reason = (f"{', '.join(built)} built on the runner; the other pins resolve for {target}" if built
                       else f"{len(lock.splitlines())} packages resolve for {target}")
             return Resolution(verdict, reason, lock, built, round(time.perf_counter() - start, 3))
         other = _OTHER_PLATFORMS.search(flat)
         unbuilt = _SOURCE_ONLY.search(flat)
         if other:
-            return Resolution(verdicts.NOT_ON_RUNNER, _cause(stderr), "", built, round(time.perf_counter() - start, 3))
+            return Resolution(NOT_ON_RUNNER, _cause(stderr), "", built, round(time.perf_counter() - start, 3))
         pinned = [r for r in wanted if unbuilt and _name(r) == _name(unbuilt["pin"])]
         if pinned:  # resolve the rest without it: a conflict among them still shows
             wanted.remove(pinned[0])
@@ -163,7 +181,7 @@ def resolve(requirements: list[str], from_source: tuple[str, ...], target: Targe
             source_only.add(pinned[0])
             continue
         if unbuilt:  # a dependency, not a pin, is a source release: the rest cannot be resolved without it
-            return Resolution(verdicts.NEEDS_BUILD, f"{unbuilt['pin']} (a dependency) is a source release only: "
+            return Resolution(NEEDS_BUILD, f"{unbuilt['pin']} (a dependency) is a source release only: "
                               f"{_cause(stderr)}", "", [*built, unbuilt["pin"]], round(time.perf_counter() - start, 3))
-        verdict = verdicts.CONFLICT if any(word in flat for word in UNRESOLVABLE) else verdicts.UNKNOWN
+        verdict = CONFLICT if any(word in flat for word in UNRESOLVABLE) else UNKNOWN
         return Resolution(verdict, _cause(stderr), "", built, round(time.perf_counter() - start, 3))

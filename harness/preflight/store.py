@@ -6,7 +6,9 @@
     DIR/preflight/preflight.json              every cell's verdict, for the nightly's dispatch
 
 A runner run reads and writes only DIR/cells/, so these results never stop a cell from running; the report
-shows them for the cells that have no runner result yet (harness/report/added_rows.py).
+shows them for the cells that have no runner result yet (harness/report/added_rows.py). The nightly dispatches
+accelerator jobs only for cells that can install: `installable_jobs` is its job matrix without the cells whose
+pre-flight verdict says they cannot (their pre-flight result stands in the report instead).
 """
 from __future__ import annotations
 
@@ -19,15 +21,17 @@ from harness.matrix import Cell
 from harness.results import install_verdict
 from harness.results.records import CellResult, CheckResult, Status, now, write_json_atomic, write_text_atomic
 
-from . import verdicts
-from .resolve import Resolution, Target
+from .resolve import CONFLICT, DISPATCHED, Resolution, Target
 
 FOLDER = "preflight"
 SUMMARY = "preflight.json"
 RUNNER_WORDS = {"cuda": "GPU runner", "npu": "Ascend runner"}
+# The one job of a matrix with no job left to dispatch: GitHub refuses an empty job matrix.
+PLACEHOLDER = {"session": "", "matrix": "", "cell": "", "device": "", "runner": "ubuntu-latest", "image": ""}
 
 
-def evidence_line(date: str) -> str:
+def origin_line(date: str) -> str:
+    """Where the row's results come from, for the report (the result's environment["evidence"])."""
     return f"CPU pre-flight on {date}: an install verdict only, no check has run on a runner yet"
 
 
@@ -35,7 +39,7 @@ def _check_result(name: str, cell: Cell, resolution: Resolution) -> CheckResult:
     if cell.axes["backend"] not in checks.CHECKS[name].backends:
         return CheckResult(name, Status.SKIP, f"not applicable to backend {cell.axes['backend']}")
     metrics = {"preflight": resolution.verdict}
-    if resolution.verdict in verdicts.DISPATCHED:
+    if resolution.verdict in DISPATCHED:
         runner = RUNNER_WORDS.get(cell.axes["device"], "runner")
         return CheckResult(name, Status.SKIP, f"awaits a {runner}; CPU pre-flight: {resolution.verdict}: "
                            f"{resolution.reason}", metrics=metrics)
@@ -44,7 +48,7 @@ def _check_result(name: str, cell: Cell, resolution: Resolution) -> CheckResult:
     # the check (so it neither makes nor breaks a standing finding).
     # The reason in the runner's words ("vllm 0.32.0 requires transformers<5.20.0; the row pins 5.23.0") where
     # the resolver's sentence reads as that kind, else the sentence itself.
-    kind = install_verdict.CONFLICT if resolution.verdict == verdicts.CONFLICT else install_verdict.RUNNER
+    kind = install_verdict.CONFLICT if resolution.verdict == CONFLICT else install_verdict.RUNNER
     found = install_verdict.classify(resolution.reason)
     if found is None or found.kind != kind:
         found = install_verdict.InstallVerdict(kind, resolution.reason)
@@ -57,7 +61,7 @@ def cell_result(matrix_name: str, cell: Cell, resolution: Resolution, target: Ta
     result = CellResult(matrix_name, cell.id, dict(cell.axes), list(cell.tags),
                         [_check_result(name, cell, resolution) for name in cell.checks], lock=lock,
                         started=stamp, finished=stamp, duration=resolution.seconds)
-    result.environment = {"preflight": resolution.verdict, "evidence": evidence_line(stamp[:10]),
+    result.environment = {"preflight": resolution.verdict, "evidence": origin_line(stamp[:10]),
                           "target": str(target), "install": cell.install_order()}
     if resolution.built:
         result.environment["built_on_runner"] = list(resolution.built)
@@ -93,3 +97,28 @@ def read_summary(path: Path) -> list[dict]:
     except (OSError, ValueError, AttributeError):
         return []
     return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else []
+
+
+def held_back(results_root: Path, matrix_name: str) -> dict[str, str]:
+    """Cell id -> verdict, for the cells of a matrix that the pre-flight found cannot be installed."""
+    summary = read_summary(Path(results_root) / matrix_name / FOLDER / SUMMARY)
+    return {str(c["cell"]): str(c.get("verdict")) for c in summary
+            if "cell" in c and c.get("verdict") not in DISPATCHED}
+
+
+def installable_jobs(jobs: dict, results_root: Path) -> tuple[dict, list[str]]:
+    """(`jobs` without the held-back cells, one line per cell left out). A matrix never pre-flighted keeps
+    every job: no verdict is no reason to skip a cell."""
+    held: dict[str, dict[str, str]] = {}
+    kept, dropped = [], []
+    for job in jobs.get("include", []):
+        name = job.get("matrix", "")
+        if name and name not in held:
+            held[name] = held_back(results_root, name)
+        verdict = held.get(name, {}).get(job.get("cell", ""))
+        if verdict:
+            dropped.append(f"{job['cell']}: {verdict} (pre-flight), not dispatched")
+        else:
+            kept.append(job)
+    kept = [job for job in kept if job.get("session")]
+    return {"include": kept or [dict(PLACEHOLDER)]}, dropped

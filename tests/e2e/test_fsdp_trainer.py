@@ -95,7 +95,7 @@ def test_one_rank_is_unsharded_by_default_and_matches_fsdp2(tmp_path, runs):
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
 
 
-# A short run raising the reward is tested by tests/unit/harness/checks/test_grpo_convergence.py (real 2-rank run).
+# A short run raising the reward is tested by tests/e2e/test_grpo_convergence_runs.py (real 2-rank run).
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import pytest
 
 from harness.checks import CheckOptions, grpo_convergence, vllm_rollout
 from harness.checks import vllm_chat_parity as vllm_chat
+from harness.checks.grpo_convergence import evaluation, launch
 from harness.checks.grpo_convergence import references as grpo_references
 from harness.checks.support import vllm_engine
 from harness.results.records import Status
@@ -32,8 +33,8 @@ def test_both_checks_skip_at_once_without_vllm(monkeypatch):
 
 def test_convergence_uses_hf_generate_without_vllm_and_its_reference(monkeypatch):
     monkeypatch.setattr(vllm_engine.importlib.util, "find_spec", lambda name: None)
-    assert grpo_convergence.cell_rollout("fsdp") == "hf"
-    assert grpo_convergence.reference_path("fsdp", "text", rollout="hf").name == "grpo_fsdp_text.json"
+    assert launch.cell_rollout("fsdp") == "hf"
+    assert grpo_references.reference_path("fsdp", "text", rollout="hf").name == "grpo_fsdp_text.json"
 
 
 def test_the_vllm_reference_curves_say_how_they_were_made():
@@ -49,8 +50,8 @@ def test_the_vllm_reference_curves_say_how_they_were_made():
 
 @needs_vllm
 def test_convergence_rolls_out_with_the_cells_vllm():
-    assert grpo_convergence.cell_rollout("fsdp") == "vllm"
-    assert grpo_convergence.cell_rollout("megatron") == "hf"  # the Megatron trainer keeps HF generate
+    assert launch.cell_rollout("fsdp") == "vllm"
+    assert launch.cell_rollout("megatron") == "hf"  # the Megatron trainer keeps HF generate
 
 
 @needs_vllm
@@ -68,7 +69,7 @@ def test_convergence_on_the_cells_vllm_follows_its_releases_curve_and_not_anothe
     assert result.metrics["reference_file"] == own.name and _verdict(result, "band").status is Status.PASS
     others = [p for p in grpo_references.engine_references("fsdp", "text") if p != own]
     for other in others:
-        _, _, _, verdicts = grpo_convergence.evaluate(result.metrics["per_step"], json.loads(other.read_text()))
+        _, _, _, verdicts = evaluation.evaluate(result.metrics["per_step"], json.loads(other.read_text()))
         assert {v.name: v.status for v in verdicts}["band"] is Status.FAIL, other.name
 
 

@@ -1,5 +1,5 @@
 """The layout is the architecture: each room of harness/ imports only the rooms its __init__ names, and no
-harness module imports itself back through others (the old run <-> container pair)."""
+harness module imports itself back through others, whether its imports sit at the top or inside functions."""
 from __future__ import annotations
 
 import ast
@@ -26,12 +26,32 @@ def _absolute(path: Path, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _imports(path: Path, top_only: bool) -> set[str]:
-    """The harness modules a file imports, relative imports resolved (module level only when top_only)."""
-    tree = ast.parse(path.read_text())
-    nodes = tree.body if top_only else list(ast.walk(tree))
+def _is_type_checking(node: ast.AST) -> bool:
+    """`if TYPE_CHECKING:` (or `typing.TYPE_CHECKING`): a block only type checkers run."""
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+                                         or isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _nodes(tree: ast.AST, runtime_only: bool) -> list[ast.AST]:
+    """Every node of `tree`, at any depth (functions included); without `if TYPE_CHECKING:` blocks when
+    `runtime_only`, as those imports never run."""
+    found, pending = [], [tree]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        if runtime_only and _is_type_checking(node):
+            pending.extend(node.orelse)
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _imports(path: Path, runtime_only: bool = False) -> set[str]:
+    """The harness modules a file imports anywhere in it (inside functions too), relative imports resolved;
+    with `runtime_only`, not those of `if TYPE_CHECKING:` blocks."""
     found = set()
-    for node in nodes:
+    for node in _nodes(ast.parse(path.read_text()), runtime_only):
         if isinstance(node, ast.ImportFrom) and (module := _absolute(path, node)).startswith("harness"):
             found.add(module)
             found.update(f"{module}.{alias.name}" for alias in node.names)
@@ -66,7 +86,7 @@ def test_room_imports_only_what_it_declares(room):
     if allowed is None:
         return
     wrong = {(name, target) for name, path in MODULES.items() if _room(name) == room
-             for target in _imports(path, top_only=False)
+             for target in _imports(path)
              if _room(target) not in allowed | {room, "__init__"} and target in MODULES}
     assert not wrong, f"harness/{room} imports rooms it does not declare: {sorted(wrong)}"
 
@@ -88,7 +108,9 @@ def test_rooms_form_no_cycle():
 
 
 def test_no_module_imports_itself_back():
-    graph = {name: {target for target in _imports(path, top_only=True) if target in MODULES and target != name}
+    """No import cycle between modules, counting imports inside functions: a cycle inside a room is as bad as
+    one between rooms (only an `if TYPE_CHECKING:` import, which never runs, is left out)."""
+    graph = {name: {target for target in _imports(path, runtime_only=True) if target in MODULES and target != name}
              for name, path in MODULES.items()}
     # a package's own __init__ is imported by every module in it: that edge is not a cycle
     graph = {name: {t for t in deps if not name.startswith(t + ".")} for name, deps in graph.items()}
@@ -111,9 +133,36 @@ def test_the_checker_sees_a_cycle(tmp_path, monkeypatch):
     """The cycle test must be able to fail: two modules importing each other are caught."""
     (tmp_path / "a.py").write_text("from harness.b import x\n")
     (tmp_path / "b.py").write_text("from harness.a import y\n")
-    assert _imports(tmp_path / "a.py", top_only=True) == {"harness.b", "harness.b.x"}
+    assert _imports(tmp_path / "a.py") == {"harness.b", "harness.b.x"}
     monkeypatch.setitem(MODULES, "harness.a", tmp_path / "a.py")
     monkeypatch.setitem(MODULES, "harness.b", tmp_path / "b.py")
+    with pytest.raises(AssertionError, match="import cycle"):
+        test_no_module_imports_itself_back()
+
+
+def test_the_checker_sees_a_cycle_through_a_function_level_import(tmp_path, monkeypatch):
+    """An import inside a function closes a cycle as well as one at the top: a -> b at the top, b -> c inside a
+    method, c -> a inside a function."""
+    (tmp_path / "a.py").write_text("from harness.b import x\n")
+    (tmp_path / "b.py").write_text("class B:\n    def use(self):\n        from harness import c\n")
+    (tmp_path / "c.py").write_text("def f():\n    if True:\n        import harness.a\n")
+    assert _imports(tmp_path / "b.py") == {"harness", "harness.c"}
+    for name in "abc":
+        monkeypatch.setitem(MODULES, f"harness.{name}", tmp_path / f"{name}.py")
+    with pytest.raises(AssertionError, match="import cycle: harness.(a|b|c) -> .* -> harness.(a|b|c)"):
+        test_no_module_imports_itself_back()
+
+
+def test_a_type_checking_import_closes_no_cycle(tmp_path, monkeypatch):
+    """An import only type checkers run (`if TYPE_CHECKING:`) is not followed; its `else` branch is."""
+    (tmp_path / "a.py").write_text("from harness.b import x\n")
+    (tmp_path / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness.a import y\n")
+    assert _imports(tmp_path / "b.py") == {"harness.a", "harness.a.y"}  # the room check still sees it
+    assert _imports(tmp_path / "b.py", runtime_only=True) == set()
+    for name in "ab":
+        monkeypatch.setitem(MODULES, f"harness.{name}", tmp_path / f"{name}.py")
+    test_no_module_imports_itself_back()
+    (tmp_path / "b.py").write_text("import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import harness.a\n")
     with pytest.raises(AssertionError, match="import cycle"):
         test_no_module_imports_itself_back()
 

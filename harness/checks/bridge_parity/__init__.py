@@ -4,8 +4,8 @@ The models are the zoo's tiny Qwen3.5 text model (3 Gated DeltaNet layers, 1 ful
 layer) and Qwen3.5-MoE (the same layers, every MLP a MoE with a gated shared expert), built in
 megatron-core from its own GatedDeltaNet, attention and MoELayer (trainers/megatron/layer_specs.py).
 Three jobs run one after the other: TP=1 (one rank), TP=2 and EP=2 (2 CPU ranks each), each rank
-forked from this process (harness.checks.support.forked_ranks: torchrun's environment, without a launcher and ranks
-that import torch, transformers and megatron-core again, which took most of the check's time); the
+forked from this process (harness.checks.support.ranks: torchrun's environment, without a launcher and ranks
+that import torch, transformers and megatron-core again, which would take most of the check's time); the
 worker is harness.checks.bridge_parity.ranks's `main`, the same as `python -m harness.checks.bridge_parity.ranks` under
 torchrun. `max_ranks` (the matrix's `[matrix] max_ranks`, `harness check --max-ranks`) keeps only the jobs
 of at most that many ranks: 1 runs TP=1 alone, for a one-GPU runner. Per model and job one verdict, holding:
@@ -14,7 +14,7 @@ of at most that many ranks: 1 runs TP=1 alone, for a one-GPU runner. Per model a
 - gradients: the same loss through both, the Megatron gradients reduced as the trainer reduces
   them (grads.py) and mapped back: max over parameters of max|diff| / max|g_hf| <= GRAD_RTOL.
 `packed-gdn` records what megatron-core's GatedDeltaNet does with packed (THD) input, measured by
-calling it: refused (0.16.1: NotImplementedError) -> pass, the evidence for use_remove_padding=False;
+calling it: refused (0.16.1: NotImplementedError) -> pass, the reason for use_remove_padding=False;
 accepted and keeps sequences apart -> pass; accepted but leaks state across them -> fail.
 Where megatron-core's GDN refuses packed input only in the deterministic mode the harness sets (no FLA),
 the probe asks it again outside that mode (packed.py) and the verdict says which refused.
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from harness.checks import CheckOptions
 from harness.checks.bridge_parity import megatron_bridge
-from harness.checks.support import torchrun
+from harness.checks.support.ranks import start_torchrun, stop_torchrun, torchrun_command, wait_torchrun
 from harness.results.records import CheckResult, Status, Verdict
 
 NAME = "bridge-parity"
@@ -71,10 +71,10 @@ def default_jobs(max_ranks: int | None, library: bool) -> tuple[str, ...]:
 
 def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, timeout: float) -> tuple[dict, str]:
     """One job on its ranks, forked from this process (torchrun's where forking is unsafe: see
-    harness.checks.support.forked_ranks); (what rank 0 wrote, {} if a rank failed or ran out of time; "forked" or
+    harness.checks.support.ranks); (what rank 0 wrote, {} if a rank failed or ran out of time; "forked" or
     "torchrun")."""
     from harness.checks.bridge_parity import ranks as parity
-    from harness.checks.support.forked_ranks import fork_safe, run_ranks
+    from harness.checks.support.ranks import fork_safe, run_ranks
 
     tp, ep, cases = JOBS[job]
     out, log = work / f"{job}.json", work / f"{job}.log"
@@ -87,13 +87,13 @@ def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, ti
         ok, launcher = run_ranks(lambda: parity.main(args), tp * ep, log, timeout, THREADS).ok, "forked"
     else:
         launcher = "torchrun"
-        process = torchrun.launch(torchrun.command(tp * ep, "harness.checks.bridge_parity.ranks", args), log,
-                                  {**os.environ, **THREADS})
+        process = start_torchrun(torchrun_command(tp * ep, "harness.checks.bridge_parity.ranks", args), log,
+                                 {**os.environ, **THREADS})
         try:
-            ok = torchrun.wait(process, timeout) == 0
+            ok = wait_torchrun(process, timeout) == 0
         finally:  # the check itself stopped (timeout, signal): no rank may outlive it
             if process.poll() is None:
-                torchrun.stop(process)
+                stop_torchrun(process)
     return (json.loads(out.read_text()) if ok and out.exists() else {}), launcher
 
 
@@ -187,7 +187,7 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     work = Path(options.work_dir) / "bridge-parity"
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    from harness.checks.support.forked_ranks import preload
+    from harness.checks.support.ranks import preload
 
     preload("harness.checks.bridge_parity.ranks", "trainers.megatron.train", "trainers.megatron.model",
             "trainers.megatron.mapping")

@@ -6,7 +6,7 @@ bridge, its `to_megatron_provider` translates the config, the provider's `provid
 builds megatron-core's GPTModel, `load_hf_weights` loads and `export_hf_weights` exports. This module
 only measures:
 - roundtrip: the exported tensors against the checkpoint it read (transformers' saved layout), bitwise;
-- logprobs: log-probs of ranks.batch's left-padded rows, against HF's;
+- logprobs: log-probs of project_bridge.batch's left-padded rows, against HF's;
 - grads: the same loss through both; HF's gradients carried into Megatron's layout by the path its
   weights take (saved as a checkpoint, loaded by Megatron-Bridge), less what that path gives for zeros
   (the GDN out_norm mapping subtracts 1), against Megatron's own gradients;
@@ -82,7 +82,7 @@ def compare(case: str, seed: int, broken: str | None, work: Path, on_cpu: bool =
     from trainers.rollout import positions_from_mask
 
     from . import provider
-    from .ranks import batch
+    from .project_bridge import batch
 
     started = time.perf_counter()
     kind, expected = CASES[case]
@@ -176,7 +176,7 @@ def _gradients(hf, models, bridge, ids, mask, padding_idx, folder: Path, broken)
     from trainers.megatron.model import megatron_logits
     from trainers.rollout import positions_from_mask
 
-    from .ranks import next_token_logprobs
+    from .project_bridge import next_token_logprobs
 
     model = models[0]
     hf.zero_grad(set_to_none=True)
@@ -223,7 +223,7 @@ def run(cases: list[str], seed: int, broken: str | None, work: Path, on_cpu: boo
     te_import.install()
     results: dict = {}
     try:
-        import megatron.bridge  # noqa: F401  (the import itself is what a CPU runner could not do before)
+        import megatron.bridge  # noqa: F401  (the import itself is what fails on a CPU runner without the stand-in)
     except Exception as exc:  # noqa: BLE001 - its own error (and line) is the finding
         from .megatron_bridge import raising_line
 
@@ -235,7 +235,7 @@ def run(cases: list[str], seed: int, broken: str | None, work: Path, on_cpu: boo
     for case in cases:
         try:
             results[case] = compare(case, seed, broken, work, on_cpu)
-        except Exception as exc:  # Megatron-Bridge's (or megatron-core's) own error is the evidence
+        except Exception as exc:  # Megatron-Bridge's (or megatron-core's) own error is the finding
             traceback.print_exc()
             results[case] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
     return results

@@ -1,15 +1,15 @@
 """nested-chunking: jagged mRoPE position ids must survive micro-batch chunking.
 
-For every known failure family (nested_probes.FAMILIES) three levels are run:
-- torch: raw nested-tensor operations (unbind, chunk, split, slicing, to_padded_tensor) - evidence;
-- tensordict: TensorDict operations (get, chunk, split, slicing, indexing, consolidate) - evidence;
+For every known failure family (probes.FAMILIES) three levels are run:
+- torch: raw nested-tensor operations (unbind, chunk, split, slicing, to_padded_tensor) - upstream;
+- tensordict: TensorDict operations (get, chunk, split, slicing, indexing, consolidate) - upstream;
 - trainer: `trainers.grpo.data.chunk_tensordict` into 2 and 3 micro-batches - must give exactly the
   padded reference's values and the canonical layout on every key.
 One more trainer verdict, `grpo-update/trainer` (trainer_path): the micro-batching the GRPO update of
 both trainers runs (trainers.grpo.micro_batches, through chunk_tensordict) rejoins to its batch exactly.
-Evidence verdicts are PASS when every operation is right and AFFECTED when one raises or is
+Upstream verdicts are PASS when every operation is right and AFFECTED when one raises or is
 silently wrong (a known upstream bug reproduced). The check FAILS iff the trainer level fails;
-otherwise it is AFFECTED if any evidence is, else PASS. Needs torch and tensordict, not transformers.
+otherwise it is AFFECTED if any upstream level is, else PASS. Needs torch and tensordict, not transformers.
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from harness.checks.nested_chunking.probes import (
     FAMILIES,
     OK,
     Family,
-    family_evidence,
     family_tensordict,
     reference_samples,
+    upstream_outcomes,
 )
 from harness.results.records import CheckResult, Status, Verdict
 
@@ -49,12 +49,12 @@ def run(options: CheckOptions) -> CheckResult:
     table: dict[str, dict[str, Any]] = {}
     verdicts: list[Verdict] = []
     for family in FAMILIES.values():
-        evidence = family_evidence(family)
+        upstream = upstream_outcomes(family)
         trainer = trainer_outcomes(family)
-        table[family.name] = {**evidence, "trainer": trainer}
+        table[family.name] = {**upstream, "trainer": trainer}
         for level in ("torch", "tensordict"):
-            if evidence[level] is not None:
-                verdicts.append(_evidence_verdict(family, level, evidence[level]))
+            if upstream[level] is not None:
+                verdicts.append(_upstream_verdict(family, level, upstream[level]))
         verdicts.append(_trainer_verdict(family, trainer))
     verdicts.append(trainer_path.verdict())
 
@@ -113,7 +113,7 @@ def judge_chunks(chunks: list, reference: dict[str, Any], count: int) -> str:
     return first_problem(outcomes)
 
 
-def _evidence_verdict(family: Family, level: str, outcomes: dict[str, str]) -> Verdict:
+def _upstream_verdict(family: Family, level: str, outcomes: dict[str, str]) -> Verdict:
     bad = {op: o for op, o in outcomes.items() if o != OK}
     status = Status.AFFECTED if bad else Status.PASS
     message = "; ".join(f"{op}: {o}" for op, o in bad.items()) or "all operations give the reference values"
@@ -146,7 +146,7 @@ def _tensordict_version() -> str | None:
     return str(tensordict.__version__)
 
 
-def evidence_table(result: CheckResult) -> str:
+def outcome_table(result: CheckResult) -> str:
     """A plain-text table of outcomes per family and level (for logs and the report's notes)."""
     lines = []
     for family, levels in result.metrics.get("table", {}).items():

@@ -1,5 +1,5 @@
 """The failure families of check `nested-chunking`, their inputs, and the probes of torch's and
-tensordict's own operations on them (evidence of what the installed versions do).
+tensordict's own operations on them (what the installed versions do).
 
 Every probe is judged by VALUES against a padded reference built from the per-sample tensors,
 never by error text: an outcome is "ok", "raises:<ExceptionClass>", or "wrong:<what>" where
@@ -27,7 +27,7 @@ class Family:
     name: str
     summary: str
     refs: str  # upstream reports of this failure family
-    key: str  # the entry the evidence probes look at
+    key: str  # the entry the upstream probes look at
     lengths: tuple[int, ...]
     producer: str  # "as_nested" (torch's constructor) or "from_jagged_no_max"
     transform: str = ""  # "", "pickle" or "consolidate+pickle"
@@ -184,11 +184,11 @@ def probe(action: Callable[[], str]) -> str:
     """One probe; an exception anywhere in it is its outcome (class name only, never the text)."""
     try:
         return action()
-    except Exception as exc:  # noqa: BLE001 - every upstream failure is evidence, not a crash
+    except Exception as exc:  # noqa: BLE001 - every upstream failure is an outcome, not a crash
         return f"raises:{type(exc).__name__}"
 
 
-# ---- the two evidence levels -------------------------------------------------------------
+# ---- the two upstream levels -------------------------------------------------------------
 
 def torch_probes(nested: torch.Tensor, expected: list[torch.Tensor]) -> dict[str, str]:
     """Raw torch nested-tensor operations on the family's tensor."""
@@ -222,23 +222,23 @@ def tensordict_probes(td, key: str, expected: list[torch.Tensor]) -> dict[str, s
     }
 
 
-def family_evidence(family: Family) -> dict[str, dict[str, str] | None]:
+def upstream_outcomes(family: Family) -> dict[str, dict[str, str] | None]:
     """What this torch and this tensordict do with the family's data: {level: {op: outcome}}."""
     reference = reference_samples(family)
     expected = reference[family.key]
-    evidence: dict[str, dict[str, str] | None] = {}
+    outcomes: dict[str, dict[str, str] | None] = {}
     try:
         nested = family_tensor(family, reference)
     except Exception as exc:  # noqa: BLE001
-        evidence["torch"] = {"produce": f"raises:{type(exc).__name__}"}
+        outcomes["torch"] = {"produce": f"raises:{type(exc).__name__}"}
     else:
-        evidence["torch"] = None if nested is None else torch_probes(nested, expected)
+        outcomes["torch"] = None if nested is None else torch_probes(nested, expected)
     try:
         td = family_tensordict(family, reference)
     except ImportError:
-        evidence["tensordict"] = None
+        outcomes["tensordict"] = None
     except Exception as exc:  # noqa: BLE001
-        evidence["tensordict"] = {"produce": f"raises:{type(exc).__name__}"}
+        outcomes["tensordict"] = {"produce": f"raises:{type(exc).__name__}"}
     else:
-        evidence["tensordict"] = tensordict_probes(td, family.key, expected)
-    return evidence
+        outcomes["tensordict"] = tensordict_probes(td, family.key, expected)
+    return outcomes

@@ -18,7 +18,7 @@ FSDP2 with `CPUOffloadPolicy`, 2 ranks (`fsdp_worker`, `real_fsdp`), on the same
 sharded as the trainer shards them (VL's vision position embedding is its own unit); there an
 offload-only failure, or a pos_embed index off its weight's device, is the finding. On a
 CPU-only machine the compute device *is* the CPU, so (b) cannot show a mismatch: (a) decides
-there and (b) is evidence (`<side>/real-fsdp2`). On CUDA and NPU runners (b) decides `upstream`
+there and (b) is reported without deciding (`<side>/real-fsdp2`). On CUDA and NPU runners (b) decides `upstream`
 and `trainer`, and (a)'s verdicts are kept as `<name>/strict-emulation`.
 
 `run(options, trainer_method="stock")` runs the trainer with the stock methods in place of its
@@ -37,7 +37,7 @@ NAME = "offload-regression"
 WORKER = "harness.checks.offload_regression.fsdp_worker"
 CPU_FSDP_NOTE = ("real FSDP2 CPU offload on a CPU-only machine: the compute device is the CPU, so a tensor left "
                  "on the host (or built on an offloaded weight's device) meets no other device; this run cannot "
-                 "show a site and is evidence only (the strict device emulation decides on CPU)")
+                 "show a site and does not decide (the strict device emulation decides on CPU)")
 
 
 def overall(verdicts: list[Verdict]) -> Status:
@@ -53,7 +53,7 @@ def overall(verdicts: list[Verdict]) -> Status:
 
 
 def _order(verdict: Verdict) -> tuple:
-    """Deciding verdicts first (upstream, trainer), then the sites, then the evidence of the other method."""
+    """Deciding verdicts first (upstream, trainer), then the sites, then the other method's verdicts."""
     name = verdict.name
     return "/" in name, ":" in name, name.split(":", 1)[1] if ":" in name else "", not name.startswith("upstream")
 
@@ -63,7 +63,7 @@ def run(options: CheckOptions, *, trainer_method: str = "project", real_fsdp: bo
     import transformers
 
     from harness.checks.offload_regression import real_fsdp as fsdp
-    from harness.checks.offload_regression.fsdp_worker import OFFLOAD_FIXES, TRAINER_METHODS, trainer_patches
+    from harness.checks.offload_regression.model_passes import OFFLOAD_FIXES, TRAINER_METHODS, trainer_patches
     from harness.checks.offload_regression.site_verdicts import emulated_passes, site_verdicts
     from trainers.models import Qwen35Unavailable, build_config
     from trainers.patches.training import selected

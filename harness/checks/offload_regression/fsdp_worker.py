@@ -1,9 +1,9 @@
-"""One training step of each tiny model (text, VL, MoE), and a torchrun worker that runs it under
+"""The rank worker of offload-regression: one training step of each tiny model (text, VL, MoE) under
 real FSDP2 with `CPUOffloadPolicy`, sharded as the trainer shards it (for VL, `visual.pos_embed` is
-its own unit).
+its own unit), with model_passes' patch sets and batches.
 
-Used by the offload-regression check, in-process (the step and the patch selection), on 2 ranks
-forked from the check's process on CPU (`worker`, through harness.checks.support.forked_ranks), and on accelerators as
+It runs on 2 ranks forked from the check's process on CPU (`worker`, through harness.checks.support.ranks),
+and on accelerators as
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 \\
         -m harness.checks.offload_regression.fsdp_worker --out RESULT.json [--trainer-method project|stock]
@@ -13,6 +13,13 @@ code, no offload), `reference_trainer` (the trainer's patch set, no offload), `t
 trainer's patch set) and `upstream` (offload, stock code), and rank 0 writes what each pass saw as
 JSON (`models`: kind -> pass -> record). The device comes from `trainers.runtime.device.plan`,
 so the same worker runs on cpu/gloo, cuda/nccl and npu/hccl.
+
+For VL, `record_embedding_calls` records what each forward call of the position embedding saw: its input
+devices and its weight's. Under FSDP2 with `CPUOffloadPolicy` a module that is its own FSDP unit keeps its
+parameters as host shards between calls; FSDP2's forward pre-hook gathers them onto the compute device. The
+recorder's hook is appended, so it runs after FSDP2's own (prepended) pre-hook: it sees the weight the kernel
+will use, and the verdicts detect the position-embedding bug by behaviour (an index that is not on the
+weight's device), not by the text of an error.
 """
 from __future__ import annotations
 
@@ -21,66 +28,55 @@ import contextlib
 import json
 import os
 import time
-import traceback
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-TRAINER_METHODS = ("project", "stock")  # stock: a deliberately broken patch (the unpatched method)
+from harness.checks.offload_regression.model_passes import (
+    MODEL_KINDS,
+    TRAINER_METHODS,
+    error_site,
+    model_batch,
+    patches_applied,
+    trainer_patches,
+)
 
 
-OFFLOAD_FIXES = ("pos-embed-device:", "offload-device:")  # the trainer's fixes of offload device sites
+@dataclass
+class ModuleCall:
+    """The devices one forward call of a module saw, after the weight was put in place."""
 
+    input_devices: list[str]
+    weight_device: str
+    weight_kind: str  # the weight's class: Parameter, or DTensor under FSDP2
 
-def trainer_patches(method: str, device_type: str = "cpu") -> list:
-    """The patches the trainer applies on `device_type` (trainers.patches.training), for this transformers.
+    @property
+    def mismatch(self) -> bool:
+        return any(device != self.weight_device for device in self.input_devices)
 
-    `stock` swaps in the unpatched method for each offload fix (a deliberately broken patch set): it
-    shows the check fails where a site exists. Where no fix applies (upstream fixed the sites), both
-    give the same set.
-    """
-    from trainers.patches.base import Patch, resolve
-    from trainers.patches.training import selected
-
-    if method not in TRAINER_METHODS:
-        raise ValueError(f"unknown trainer method {method!r}; expected one of {TRAINER_METHODS}")
-    applicable = [p for p in selected(device_type) if p.applicable()[0]]
-    if method == "project":
-        return applicable
-    patches = []
-    for patch in applicable:
-        if patch.name.startswith(OFFLOAD_FIXES):
-            owner, attr = resolve(patch.target)
-            patch = Patch(f"{patch.name}:stock", patch.target, owner.__dict__[attr], versions=patch.versions)
-        patches.append(patch)
-    return patches
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "mismatch": self.mismatch}
 
 
 @contextlib.contextmanager
-def patches_applied(patches: list) -> Any:
-    with contextlib.ExitStack() as stack:
-        for patch in patches:
-            stack.enter_context(patch.applied_context())
-        yield
+def record_embedding_calls(module: nn.Module) -> Iterator[list[ModuleCall]]:
+    """Record the input and weight devices of every forward call of `module`."""
+    calls: list[ModuleCall] = []
 
+    def record(mod: nn.Module, args: tuple) -> None:
+        weight = mod.weight
+        devices = [str(a.device) for a in args if isinstance(a, torch.Tensor)]
+        calls.append(ModuleCall(devices, str(weight.device), type(weight).__name__))
 
-def vision_batch(config, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
-    """Two images (one of two frames, not square) placed in one prompt, with labels."""
-    vision = config.vision_config
-    generator = torch.Generator().manual_seed(seed)
-    grid = torch.tensor([[1, 8, 8], [2, 4, 8]])
-    merge = vision.spatial_merge_size ** 2
-    patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
-    pixels = torch.randn(int(grid.prod(-1).sum()), patch_dim, generator=generator)
-    ids = torch.randint(3, config.image_token_id - 1, (4,), generator=generator).tolist()
-    for image in grid:
-        ids += [config.vision_start_token_id] + [config.image_token_id] * (int(image.prod()) // merge)
-        ids += [config.vision_end_token_id, 5]
-    input_ids = torch.tensor([ids])
-    batch = {"input_ids": input_ids, "pixel_values": pixels, "image_grid_thw": grid,
-             "mm_token_type_ids": (input_ids == config.image_token_id).int(), "labels": input_ids}
-    return {k: v.to(device) for k, v in batch.items()}
+    handle = module.register_forward_pre_hook(record)
+    try:
+        yield calls
+    finally:
+        handle.remove()
 
 
 def train_step(model, batch: dict[str, torch.Tensor]) -> float:
@@ -98,15 +94,6 @@ def local_grad(weight: torch.Tensor) -> torch.Tensor | None:
     return grad.to_local() if hasattr(grad, "to_local") else grad
 
 
-def error_site(exc: BaseException) -> str:
-    """`file:function:line` of the innermost frame in transformers or in the trainer's patches
-    (where the offending tensor was built or used), else the innermost frame."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    ours = [f for f in frames if "/transformers/" in f.filename or "/trainers/patches/" in f.filename]
-    frame = (ours or frames or [None])[-1]
-    return f"{Path(frame.filename).name}:{frame.name}:{frame.lineno}" if frame else "unknown"
-
-
 def _grad_norm(model) -> float | None:
     """Norm of this rank's gradient shards over all parameters."""
     grads = [g.double().pow(2).sum() for g in (local_grad(p) for p in model.parameters()) if g is not None]
@@ -116,8 +103,6 @@ def _grad_norm(model) -> float | None:
 def _fsdp_pass(kind: str, name: str, args, plan, mesh, device) -> dict[str, Any]:
     """One step of the `kind` model sharded as the trainer shards it, with CPU offload unless `reference`.
     For VL it also records what `pos_embed` saw, inside its forward (`calls`) and before it (`outside`)."""
-    from harness.checks.offload_regression.embedding_calls import record_embedding_calls
-    from harness.checks.offload_regression.model_passes import model_batch
     from trainers.fsdp.parallelize import parallelize
     from trainers.models import build_model
 
@@ -147,7 +132,7 @@ def _fsdp_pass(kind: str, name: str, args, plan, mesh, device) -> dict[str, Any]
                 grad = local_grad(pos_embed.weight)
                 result["pos_embed_grad_norm"] = None if grad is None else float(grad.double().norm())
             result["raised"] = False
-        except Exception as exc:  # noqa: BLE001  (any failure is evidence: which class, where, what devices)
+        except Exception as exc:  # noqa: BLE001  (any failure is a finding: which class, where, what devices)
             result.update(raised=True, error_class=type(exc).__name__, error_site=error_site(exc),
                           error=str(exc).splitlines()[0][:300] if str(exc) else "")
     result["calls"] = [c.to_dict() for c in calls]
@@ -173,7 +158,6 @@ def worker(out: Path, trainer_method: str = "project", seed: int = 0, model_conf
         getattr(torch, plan.type).set_device(local_rank)
     dist.init_process_group(plan.dist_backend)
     mesh = init_device_mesh(plan.type, (dist.get_world_size(),))
-    from harness.checks.offload_regression.model_passes import MODEL_KINDS
     from trainers.models import Qwen35Unavailable, build_config
 
     models = {}

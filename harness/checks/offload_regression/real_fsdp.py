@@ -1,5 +1,5 @@
 """Real FSDP2 with `CPUOffloadPolicy` for offload-regression: 2 ranks of `fsdp_worker`, forked from the
-check's process on CPU (harness.checks.support.forked_ranks: no torchrun start, no second import of
+check's process on CPU (harness.checks.support.ranks: no torchrun start, no second import of
 torch and transformers), under torchrun on accelerators. Started before the strict-device emulation
 runs, collected after it, so the two overlap.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.checks import CheckOptions
-from harness.checks.support import torchrun
+from harness.checks.support.ranks import start_torchrun, stop_torchrun, torchrun_command, wait_torchrun
 from harness.results.records import Status, Verdict
 
 WORKER = "harness.checks.offload_regression.fsdp_worker"
@@ -30,7 +30,8 @@ def _close(a: float | None, b: float | None, rtol: float) -> bool:
     return a is not None and b is not None and math.isclose(a, b, rel_tol=rtol, abs_tol=rtol * 1e-3)
 
 
-def _evidence(p: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
+def _pass_record(p: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
+    """What a verdict keeps of one pass: its outcome, numbers and calls, beside its reference's numbers."""
     keys = ("raised", "error_class", "error_site", "error", *_NUMBERS, "calls", "outside", "patches", "seconds")
     out = {k: p[k] for k in keys if k in p}
     out.update({f"reference_{k}": ref.get(k) for k in _NUMBERS if k in ref})
@@ -62,17 +63,17 @@ def judge(name: str, p: dict[str, Any], ref: dict[str, Any], rtol: float) -> tup
 
 
 def verdicts(models: dict, source: str, deciding: bool, emulated: bool, rtol: float, note: str) -> list[Verdict]:
-    """One verdict per side over the models the worker ran; VL's evidence (pos_embed) at the top level."""
+    """One verdict per side over the models the worker ran; VL's pass record (pos_embed) at the top level."""
     out = []
     for name in ("upstream", "trainer"):
-        judged, evidence = {}, {}
+        judged, records = {}, {}
         for kind, passes in models.items():
             ref = passes["reference" if name == "upstream" else "reference_trainer"]
             judged[kind] = judge(name, passes[name], ref, rtol)
-            evidence[kind] = _evidence(passes[name], ref)
+            records[kind] = _pass_record(passes[name], ref)
         status = min((s for s, _ in judged.values()), key=_SEVERITY.index, default=Status.ERROR)
         message = "; ".join(f"{kind}: {msg}" for kind, (_, msg) in judged.items()) or "the worker ran no model"
-        metrics = {**evidence.get("vl", {}), "models": evidence}
+        metrics = {**records.get("vl", {}), "models": records}
         label = name if deciding else f"{name}/{source}"
         out.append(Verdict(label, status, f"[{note}] {message}" if note else message, metrics, emulated))
     return out
@@ -88,7 +89,7 @@ def _fsdp_files(out_dir: Path) -> tuple[Path, Path]:
 
 def fork(options: CheckOptions, trainer_method: str, out_dir: Path, worker_module: str = WORKER):
     """CPU: fork the 2 ranks now; the emulation runs in this process meanwhile."""
-    from harness.checks.support.forked_ranks import ForkedRanks
+    from harness.checks.support.ranks import ForkedRanks
 
     result, log = _fsdp_files(out_dir)
     config = None if options.model_config is None else str(options.model_config)
@@ -119,12 +120,12 @@ def launch(options: CheckOptions, plan, trainer_method: str, out_dir: Path,
             "--device", plan.type]
     if options.model_config is not None:
         args += ["--model-config", str(options.model_config)]
-    return torchrun.launch(torchrun.command(ranks, worker_module, args), log, {**os.environ, "OMP_NUM_THREADS": "1"}), \
+    return start_torchrun(torchrun_command(ranks, worker_module, args), log, {**os.environ, "OMP_NUM_THREADS": "1"}), \
         result, log
 
 
 def collect(proc: subprocess.Popen, result: Path, log: Path) -> tuple[dict | None, Status, str]:
-    returncode = torchrun.wait(proc, FSDP_TIMEOUT)
+    returncode = wait_torchrun(proc, FSDP_TIMEOUT)
     if returncode is None:
         return None, Status.TIMEOUT, f"torchrun did not finish within {FSDP_TIMEOUT:.0f} s (log {log.name})"
     if returncode != 0 or not result.exists():
@@ -135,6 +136,6 @@ def collect(proc: subprocess.Popen, result: Path, log: Path) -> tuple[dict | Non
 
 def stop(launched) -> None:
     if isinstance(launched, subprocess.Popen):
-        torchrun.stop(launched)  # our own torchrun and its ranks only
+        stop_torchrun(launched)  # our own torchrun and its ranks only
     else:
         launched.kill()

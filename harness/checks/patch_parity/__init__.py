@@ -4,11 +4,11 @@ Verdicts, on the text, vision-language and MoE tiny models where each applies:
   target-audit:*        every patch target exists in the installed transformers / torch_npu / vLLM
   patched-vs-stock:*    outputs and gradients with the patch against without it, per dtype
   packed-vs-unpacked:*  the trainer's packed path against each sequence run alone
-  packed-stock-upstream[-position-ids]   evidence: what stock transformers does with packed rows
+  packed-stock-upstream[-position-ids]   upstream: what stock transformers does with packed rows
   fused-logprob:T=*     chunked log-probs / entropy against log_softmax at the same temperature
   rollout-vs-trainer:*  the rollout engine's sampled-token log-probs against the trainer's
   npu-parity:*          NPU op patches against the torch reference (from trainers.patches.npu_ops)
-The check fails if any verdict fails; `affected` verdicts are evidence about upstream.
+The check fails if any verdict fails; `affected` verdicts report upstream's behaviour.
 Asked for its part that needs no accelerator (harness.checks.cpu_part_only: the CPU pre-flight of an accelerator
 cell), it gives the target audit alone; the numeric verdicts await a runner.
 """

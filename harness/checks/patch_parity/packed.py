@@ -5,7 +5,7 @@ compared with each sequence run alone through stock transformers: per-token log-
 entropies and the gradients of a loss on them. Lengths include ones that are not multiples
 of the Gated DeltaNet chunk size (64), where a leak would sit in a padded chunk.
 
-Also recorded, as evidence about upstream: what stock transformers does with the same packed
+Also recorded, as a report on upstream: what stock transformers does with the same packed
 row, signalled with flash-attention style kwargs (cu_seq_lens_*, seq_idx) or with restarting
 position ids alone.
 """
@@ -122,7 +122,7 @@ def _stock_packed_outcome(model, sequences, kwargs_mode: bool, use_cache: bool, 
 
 
 def stock_upstream_verdicts(models: Models, tol: Tolerance, seed: int = 0, lengths=LENGTHS) -> list[Verdict]:
-    """Evidence (no patch applied): does stock transformers keep packed sequences apart on this machine?"""
+    """Upstream (no patch applied): does stock transformers keep packed sequences apart on this machine?"""
     import transformers
 
     model = models.get("text", "float32")

@@ -1,1 +1,1 @@
-"""What several checks share: the torchrun and forked-rank launchers, and the in-process vLLM engine."""
+"""What several checks share: how they start ranks (`ranks`: forked or torchrun), and the in-process vLLM engine."""

@@ -1,7 +1,7 @@
 """A check whose verdict drifts from call to call, so that two runs of the same cells disagree: it counts
 its calls in the file DRIFT_COUNTER names and fails from the DRIFT_FAIL_FROM-th call on (its sub-verdict
 with it). Registered through HARNESS_EXTRA_CHECKS (drift=drift) by
-tests/unit/harness/benchmarks/test_matrix_bench.py."""
+tests/e2e/test_matrix_bench.py."""
 import fcntl
 import os
 

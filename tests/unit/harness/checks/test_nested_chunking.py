@@ -24,7 +24,7 @@ def result(tmp_path_factory):
     res = nested_chunking.run(CheckOptions(work_dir=tmp_path_factory.mktemp("nc")))
     # The evidence table for this torch/tensordict, visible with -s (and kept in the JSON result).
     print(f"\ntorch {res.metrics['torch']} tensordict {res.metrics['tensordict']}: {res.status.value}")
-    print(nested_chunking.evidence_table(res))
+    print(nested_chunking.outcome_table(res))
     return res
 
 

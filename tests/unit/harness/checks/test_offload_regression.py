@@ -11,7 +11,7 @@ import torch
 from packaging.version import Version
 
 from harness.checks import CheckOptions, offload_regression
-from harness.checks.offload_regression import fsdp_worker as worker
+from harness.checks.offload_regression import model_passes
 from harness.results.records import Status, Verdict
 from trainers.patches.base import Patch, installed_version
 
@@ -91,7 +91,7 @@ def test_check_fails_on_a_patch_set_that_silently_changes_the_numbers(tmp_path, 
     """A patch that scales the final norm's output: no device mix, wrong numbers under offload only."""
     from trainers.models import build_model
 
-    good = worker.trainer_patches
+    good = model_passes.trainer_patches
     norm_cls = type(build_model("text").model.norm)
     stock_forward = norm_cls.forward
     target = f"{norm_cls.__module__}:{norm_cls.__name__}.forward"
@@ -100,7 +100,7 @@ def test_check_fails_on_a_patch_set_that_silently_changes_the_numbers(tmp_path, 
         out = stock_forward(self, hidden_states)
         return out * 1.01 if type(out).__name__ == "DeviceTensor" else out
 
-    monkeypatch.setattr(worker, "trainer_patches",
+    monkeypatch.setattr(model_passes, "trainer_patches",
                         lambda method, device_type="cpu": good(method, device_type) + [Patch("scaled", target, scaled)])
     result = offload_regression.run(_options(tmp_path), real_fsdp=False)
     trainer = next(v for v in result.verdicts if v.name == "trainer")
@@ -133,69 +133,3 @@ def test_overall_status_rule():
                  v("trainer/real-fsdp2", Status.FAIL)]) is Status.FAIL
     assert rule([v("upstream", Status.PASS), v("trainer", Status.PASS),
                  v("upstream/real-fsdp2", Status.CRASH)]) is Status.CRASH
-
-
-def _real_pass(loss=1.0, grad_norm=2.0, raised=False, calls=()):
-    p = {"loss": loss, "grad_norm": grad_norm, "raised": raised, "calls": list(calls)}
-    return {**p, "error_class": "RuntimeError", "error_site": "modeling_qwen3_5.py:forward:239"} if raised else p
-
-
-@pytest.mark.parametrize(("broken", "upstream", "trainer"), [
-    ("nothing", Status.PASS, Status.PASS),
-    ("upstream-raises", Status.AFFECTED, Status.PASS),
-    ("trainer-raises", Status.PASS, Status.FAIL),
-    ("trainer-numbers", Status.PASS, Status.FAIL),
-    ("pos-embed-index", Status.AFFECTED, Status.PASS),
-    ("reference-raises", Status.ERROR, Status.PASS),
-])
-def test_real_fsdp2_verdicts_judge_every_model(broken, upstream, trainer):
-    """What real FSDP2 saw on an accelerator, as the worker writes it: each failure makes its verdict fail."""
-    from harness.checks.offload_regression.real_fsdp import verdicts
-
-    ok = {"reference": _real_pass(), "reference_trainer": _real_pass(), "trainer": _real_pass(),
-          "upstream": _real_pass()}
-    text = dict(ok)
-    if broken == "upstream-raises":
-        text["upstream"] = _real_pass(raised=True)
-    elif broken == "trainer-raises":
-        text["trainer"] = _real_pass(raised=True)
-    elif broken == "trainer-numbers":
-        text["trainer"] = _real_pass(grad_norm=2.1)
-    elif broken == "reference-raises":
-        text["reference"] = _real_pass(raised=True)
-    vl = dict(ok)
-    if broken == "pos-embed-index":
-        vl["upstream"] = _real_pass(calls=[{"input_devices": ["cpu"], "weight_device": "cuda:0", "mismatch": True}])
-    result = {v.name: v for v in verdicts({"text": text, "vl": vl}, "real-fsdp2", deciding=True, emulated=False,
-                                          rtol=1e-5, note="")}
-    assert (result["upstream"].status, result["trainer"].status) == (upstream, trainer)
-    assert set(result["upstream"].metrics["models"]) == {"text", "vl"}
-
-
-@needs_qwen35
-@pytest.mark.slow
-def test_check_with_real_fsdp2_offload_on_two_ranks(tmp_path):
-    """Real FSDP2 + CPUOffloadPolicy, 2 ranks (forked from the check's process on CPU). On CPU the
-    compute device is the CPU, so even the stock code sees its index and weight on one device: evidence
-    only, the strict device emulation decides."""
-    result = offload_regression.run(_options(tmp_path))
-    verdicts = {v.name: v for v in result.verdicts}
-    assert {"upstream", "trainer", "upstream/real-fsdp2", "trainer/real-fsdp2"} <= set(verdicts)
-    assert result.status is (Status.AFFECTED if BUGGY else Status.PASS)
-    for name in ("upstream/real-fsdp2", "trainer/real-fsdp2"):
-        real = verdicts[name]
-        assert not real.emulated and real.status is Status.PASS, real.message
-        # What the stock method reads outside pos_embed's forward: the CPU shard, a DTensor.
-        assert real.metrics["outside"][0] == {"weight_kind": "DTensor", "weight_device": "cpu"}
-        assert real.metrics["calls"][0]["weight_device"] == "cpu" and not real.metrics["calls"][0]["mismatch"]
-    assert result.metrics["real_fsdp2"]["world_size"] == 2
-
-
-@needs_qwen35
-@pytest.mark.slow
-def test_ranks_that_die_are_reported_not_hidden(tmp_path, monkeypatch):
-    monkeypatch.setattr(offload_regression, "WORKER", "harness.checks._no_such_worker")
-    result = offload_regression.run(_options(tmp_path))
-    real = [v for v in result.verdicts if v.name.endswith("/real-fsdp2")]
-    assert [v.status for v in real] == [Status.CRASH, Status.CRASH]
-    assert result.status is Status.CRASH

@@ -13,8 +13,7 @@ from harness import matrix
 from harness.matrix.index import PackageIndex
 from harness.matrix.metadata import MetadataSource
 from harness.matrix.newest import Resolver
-from harness.matrix.watch import watch
-from harness.matrix.watch_toml import render
+from harness.matrix.watch import render, watch
 
 ROOT = Path(__file__).resolve().parents[4]
 DAY = dt.date(2026, 11, 27)

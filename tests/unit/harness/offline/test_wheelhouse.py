@@ -10,7 +10,6 @@ from wheel_helpers import offline_index, wheel
 
 from harness import cli
 from harness.errors import InputError
-from harness.offline import have
 
 MATRIX = """
 [matrix]
@@ -70,13 +69,6 @@ def test_above_its_limit_it_refuses_in_one_line_and_downloads_nothing(setup, cap
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--limit-mb" in err and "bigpkg-1.0-py3-none-any.whl" in err
     assert not (setup / "wh").exists()
-
-
-def test_a_bad_package_list_names_its_line(tmp_path):
-    path = tmp_path / "freeze.txt"
-    path.write_text("torch==2.11.0\nmy-build @ file:///x\n")
-    with pytest.raises(InputError, match=r"freeze.txt, line 2: .*not a name==version"):
-        have.read(path)
 
 
 def test_a_wheel_whose_hash_is_not_the_indexs_is_not_kept(tmp_path):

@@ -1,4 +1,5 @@
-"""Each start-up rule fails on a plan made to break it, and names the plan field."""
+"""Each start-up rule fails on a plan made to break it, and names the plan field; an uneven pipeline split is
+blamed on the stage sizes that make it."""
 from __future__ import annotations
 
 import pytest
@@ -109,3 +110,41 @@ def test_rollout_kv_heads_rule(tmp_path):
     bad = findings(tmp_path, plan__backend="fsdp", plan__model="Qwen3.5-27B", parallel__tp=1, parallel__pp=1,
                    parallel__ep=1, rollout__tp=6, cluster__devices_per_node=6)
     assert any("KV heads" in f.message for f in failed(bad, "rollout.tp"))
+
+
+def _failed(plan_path, field):
+    return [f for f in rules.check(load_plan(plan_path)) if f.field == field and f.status == rules.FAIL]
+
+
+@needs_mcore
+@pytest.mark.parametrize("changes, blamed", [
+    # stage sizes on a plan without a pipeline: megatron-core refuses them, not tp/pp/cp/ep/etp
+    ({"parallel__pp": 1, "parallel__first_stage_layers": 1000, "cluster__nodes": 2}, ["parallel.first_stage_layers"]),
+    # 48 - 11 - 10 = 27 layers do not split over 2 middle stages
+    ({"parallel__pp": 4, "parallel__first_stage_layers": 11, "parallel__last_stage_layers": 10, "cluster__nodes": 8},
+     ["parallel.first_stage_layers", "parallel.last_stage_layers"]),
+])
+def test_an_uneven_split_is_blamed_on_the_stage_sizes(tmp_path, changes, blamed):
+    found = rules.check(load_plan(write_plan(tmp_path, **changes)))
+    failed = sorted({f.field for f in found if f.status == rules.FAIL})
+    assert failed == blamed, [f.line() for f in found]
+
+
+@needs_mcore
+def test_an_even_uneven_split_passes_and_pp_is_still_blamed_for_itself(tmp_path):
+    good = rules.check(load_plan(write_plan(tmp_path, parallel__pp=4, parallel__first_stage_layers=10,
+                                            parallel__last_stage_layers=10, cluster__nodes=8)))
+    assert not [f for f in good if f.status == rules.FAIL], [f.line() for f in good]
+    assert _failed(write_plan(tmp_path, parallel__pp=5, cluster__nodes=5, parallel__ep=2), "parallel.pp")
+
+
+def test_without_megatron_core_the_stage_sizes_are_checked_as_arithmetic(tmp_path, monkeypatch):
+    monkeypatch.setattr(megatron_probe, "version", lambda: None)
+    assert _failed(write_plan(tmp_path, parallel__pp=1, parallel__first_stage_layers=1000, cluster__nodes=2),
+                   "parallel.first_stage_layers")
+    both = write_plan(tmp_path, parallel__pp=4, parallel__first_stage_layers=11, parallel__last_stage_layers=10,
+                      cluster__nodes=8)
+    assert _failed(both, "parallel.first_stage_layers") and _failed(both, "parallel.last_stage_layers")
+    even = write_plan(tmp_path, parallel__pp=4, parallel__first_stage_layers=10, parallel__last_stage_layers=10,
+                      cluster__nodes=8)
+    assert not _failed(even, "parallel.first_stage_layers") and not _failed(even, "parallel.last_stage_layers")

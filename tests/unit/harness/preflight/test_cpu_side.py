@@ -13,7 +13,7 @@ from wheel_helpers import offline_index, wheel
 
 from harness import checks, cli, matrix
 from harness.checks import CheckSpec
-from harness.preflight import cpuside
+from harness.preflight import cpu_side as cpuside
 from harness.report import build_report, load_results, render
 from harness.results import cpu_side
 from harness.results.records import CellResult, CheckResult, Status, write_json_atomic
@@ -193,9 +193,9 @@ def test_the_install_drops_this_machines_local_builds_and_skips_cuda_kernel_buil
     cuda_cell = next(c for c in matrix.load(Path("matrices/cuda.toml")).select(tags=["cpu-side"]))
     assert cpuside.kernel_builds(cuda_cell) == {"CAUSAL_CONV1D_FORCE_BUILD": "TRUE",
                                                "CAUSAL_CONV1D_SKIP_CUDA_BUILD": "TRUE"}
-    line = cpuside.evidence_line(cuda_cell, "2026-11-27")
+    line = cpuside.origin_line(cuda_cell, "2026-11-27")
     assert "causal-conv1d" in line and line.endswith("; vllm on its CPU platform (VLLM_TARGET_DEVICE=cpu)")
-    assert "VLLM_TARGET_DEVICE" not in cpuside.evidence_line(cell, "2026-11-27")  # no vLLM in this cell
+    assert "VLLM_TARGET_DEVICE" not in cpuside.origin_line(cell, "2026-11-27")  # no vLLM in this cell
 
 
 @pytest.mark.parametrize("argv, expected", [

@@ -1,0 +1,156 @@
+"""Megatron-Bridge's own verdicts in bridge-parity: each fails on the broken measurement it exists for, each names
+the bridge that produced it (one named for Megatron-Bridge that the project mapping produced fails), and a failed
+import of Megatron-Bridge names the line of its code that raised."""
+from __future__ import annotations
+
+import copy
+import linecache
+
+import pytest
+
+from harness.checks import bridge_parity
+from harness.checks.bridge_parity import megatron_bridge
+from harness.results.records import Status, Verdict
+
+IMPORTED = {"error": None, "transformer_engine_stand_in": True,
+            "stand_in_served": ["megatron.bridge.peft.lora_layers: import transformer_engine.pytorch"]}
+
+
+def measured(cls: str) -> dict:
+    return {"bridge": f"megatron-bridge 0.6.2 ({cls})", "bridge_class": cls, "expected_class": cls, "tp": 1, "ep": 1,
+            "overrides": {"transformer_impl": {"from": "'transformer_engine'", "to": "'local'", "why": "TE"}},
+            "roundtrip_compared": 56, "roundtrip_mismatched": [], "roundtrip_extra": [],
+            "max_abs_logprob_error": 9.5e-7, "finite": True,
+            "max_rel_grad_error": 2e-4, "worst_grad": "decoder.layers.1.self_attention.out_norm.weight",
+            "grads_compared": 41, "project_compared": 41, "project_mismatched": [], "project_unmatched": [],
+            "project_max_abs_diff": 0.0}
+
+
+def results() -> dict:
+    return {"import": dict(IMPORTED), "text-hybrid": measured("Qwen35Bridge"),
+            "moe-hybrid": measured("Qwen35MoEBridge"),
+            "vl": {"reason": "its vision tower is built only from Transformer Engine modules (x.py line 507: `...`)"}}
+
+
+def run_verdicts(data, job="megatron-bridge-tp1"):
+    return {v.name: v for v in megatron_bridge.verdicts(job, data, "0.6.2", bridge_parity.LOGPROB_ATOL,
+                                                        bridge_parity.GRAD_RTOL)}
+
+
+def test_measured_agreement_passes_every_verdict_each_naming_its_bridge():
+    found = run_verdicts(results())
+    assert set(found) == {f"megatron-bridge/{case}-tp1/{aspect}" for case in ("text-hybrid", "moe-hybrid")
+                          for aspect in megatron_bridge.ASPECTS} | {"megatron-bridge/vl"}
+    for name, verdict in found.items():
+        assert megatron_bridge.attributed(verdict) is verdict
+        if name == "megatron-bridge/vl":
+            assert verdict.status == Status.SKIP and "line 507" in verdict.message
+            continue
+        assert verdict.status == Status.PASS, verdict.message
+        cls = "Qwen35MoEBridge" if "moe" in name else "Qwen35Bridge"
+        assert verdict.metrics["bridge"] == f"megatron-bridge 0.6.2 ({cls})" and cls in verdict.message
+        assert verdict.metrics["transformer_engine_stand_in"] is True
+
+
+# aspect -> a broken measurement of it
+BROKEN = {"roundtrip": {"roundtrip_mismatched": ["model.layers.0.linear_attn.A_log"]},
+          "logprobs": {"max_abs_logprob_error": 0.3},
+          "grads": {"max_rel_grad_error": 0.5, "worst_grad": "decoder.layers.0.self_attention.A_log"},
+          "project-mapping": {"project_mismatched": ["decoder.layers.0.self_attention.A_log"],
+                              "project_max_abs_diff": 1.5}}
+
+
+@pytest.mark.parametrize("aspect", sorted(BROKEN))
+def test_each_verdict_fails_on_its_broken_measurement_alone(aspect):
+    data = results()
+    data["text-hybrid"].update(BROKEN[aspect])
+    found = run_verdicts(data)
+    failed = {name for name, v in found.items() if v.status == Status.FAIL}
+    assert failed == {f"megatron-bridge/text-hybrid-tp1/{aspect}"}, failed
+
+
+@pytest.mark.parametrize("field, value", [("roundtrip_extra", ["model.extra"]), ("finite", False),
+                                          ("project_unmatched", ["decoder.layers.0.input_layernorm.weight"])])
+def test_a_dropped_or_extra_tensor_or_nonfinite_output_fails(field, value):
+    data = results()
+    data["moe-hybrid"][field] = value
+    assert [n for n, v in run_verdicts(data).items() if v.status == Status.FAIL] != []
+
+
+def test_a_model_converted_by_another_bridge_class_fails_every_verdict():
+    data = results()
+    data["moe-hybrid"]["bridge_class"] = "Qwen3MoEBridge"
+    found = run_verdicts(data)
+    moe = [v for n, v in found.items() if n.startswith("megatron-bridge/moe-hybrid-tp1/")]
+    assert moe and all(v.status == Status.FAIL and "picked Qwen3MoEBridge, not Qwen35MoEBridge" in v.message
+                       for v in moe)
+
+
+def test_an_error_of_the_bridge_fails_and_no_result_fails_with_the_log():
+    data = results()
+    data["text-hybrid"] = {"error": "AssertionError: Experimental GPT decoder block spec only supports TE"}
+    found = run_verdicts(data)
+    assert found["megatron-bridge/text-hybrid-tp1"].status == Status.FAIL
+    assert "AssertionError" in found["megatron-bridge/text-hybrid-tp1"].message
+    empty = megatron_bridge.verdicts("megatron-bridge-ep2", {}, "0.6.2", 1e-4, 1e-2, "Killed")
+    assert {v.name for v in empty} == {f"megatron-bridge/moe-hybrid-ep2/{a}" for a in megatron_bridge.ASPECTS}
+    assert empty and all(v.status == Status.FAIL and "Killed" in v.message for v in empty)
+    assert all(megatron_bridge.attributed(v) is v for v in empty)
+
+
+def test_an_import_that_still_fails_skips_with_the_line_that_raised():
+    data = {"import": {"error": "ModuleNotFoundError: No module named 'transformer_engine'",
+                       "where": "megatron/bridge/peft/lora_layers.py line 20: "
+                                "`import transformer_engine.pytorch as te`"}}
+    found = run_verdicts(data)
+    assert set(found) == {"megatron-bridge/text-hybrid", "megatron-bridge/moe-hybrid", "megatron-bridge/vl"}
+    assert all(v.status == Status.SKIP and "lora_layers.py line 20" in v.message for v in found.values())
+    assert run_verdicts(data, "megatron-bridge-tp2") == {}  # said once, not once per job
+
+
+def test_without_megatron_bridge_there_is_no_verdict_for_it():
+    assert megatron_bridge.verdicts("megatron-bridge-tp1", results(), None, 1e-4, 1e-2) == []
+    assert megatron_bridge.summary([]) == ""
+
+
+def test_a_verdict_named_for_megatron_bridge_from_the_project_mapping_fails_the_guard():
+    data = copy.deepcopy(results())
+    data["text-hybrid"]["bridge"] = "project-mapping"  # a wiring that runs the project mapping under its name
+    found = [megatron_bridge.attributed(v) for v in run_verdicts(data).values()]
+    text = [v for v in found if v.name.startswith("megatron-bridge/text-hybrid-tp1/")]
+    assert text and all(v.status == Status.FAIL and "produced by project-mapping" in v.message for v in text)
+
+
+def test_a_two_rank_job_names_its_layout_and_leaves_the_vl_skip_to_the_first():
+    data = results()
+    data["moe-hybrid"].update(tp=1, ep=2)
+    found = run_verdicts({k: v for k, v in data.items() if k != "text-hybrid"}, "megatron-bridge-ep2")
+    assert set(found) == {f"megatron-bridge/moe-hybrid-ep2/{a}" for a in megatron_bridge.ASPECTS}
+    assert all(v.status == Status.PASS and v.metrics["ep"] == 2 for v in found.values())
+
+
+PROJECT = {"tp": 1, "ep": 1, "bridge": "project-mapping", "max_abs_logprob_error": 1e-6, "max_rel_grad_error": 1e-4,
+           "worst_grad": "lm_head.weight", "finite": True, "roundtrip_exact": True, "roundtrip_mismatched": []}
+
+
+def test_a_verdict_named_for_megatron_bridge_from_the_project_mapping_fails():
+    borrowed = bridge_parity.parity_verdict("megatron-bridge/text-hybrid", PROJECT, None)
+    assert borrowed.status == Status.PASS and borrowed.message.startswith("bridge project-mapping:")
+    checked = megatron_bridge.attributed(borrowed)
+    assert checked.status == Status.FAIL and "produced by project-mapping" in checked.message
+    own = Verdict("megatron-bridge/text-hybrid", Status.PASS, "ok",
+                  metrics={"bridge": "megatron-bridge 0.6.2 (Qwen35Bridge)"})
+    assert megatron_bridge.attributed(own) is own
+    mapping = bridge_parity.parity_verdict("text-hybrid-tp1", PROJECT, None)
+    assert megatron_bridge.attributed(mapping) is mapping  # the project mapping's own verdicts stand
+
+
+def test_an_import_error_names_the_line_of_megatron_bridges_code_that_raised():
+    path = "/site-packages/megatron/bridge/peft/lora_layers.py"
+    linecache.cache[path] = (1, None, ["import transformer_engine_absent_here.pytorch as te\n"], path)
+    try:
+        exec(compile("import transformer_engine_absent_here.pytorch as te\n", path, "exec"), {})
+    except ModuleNotFoundError as exc:
+        where = megatron_bridge.raising_line(exc)
+    assert where == ("megatron/bridge/peft/lora_layers.py line 1: "
+                     "`import transformer_engine_absent_here.pytorch as te`")

@@ -1,0 +1,48 @@
+"""The docs' generated blocks: a page that disagrees with the code fails here (and in `nox -s docs`), a hand edit
+or a new check makes a page stale, and rewriting the pages makes them agree."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from harness.checks import CHECKS, CheckSpec
+from harness.docsgen import pages
+
+
+def test_every_generated_table_in_the_repository_matches_the_code():
+    assert pages.stale() == [], "run `python -m harness.docsgen`"
+
+
+def test_every_page_with_a_table_is_found():
+    named = {m.group(2) for page in pages.pages() for m in pages.BLOCK.finditer(page.read_text())}
+    assert {"checks", "checks-from-readme", "sessions", "exit-statuses", "measured"} <= named
+
+
+def _copy(tmp_path):
+    shutil.copy(pages.ROOT / "README.md", tmp_path / "README.md")
+    shutil.copytree(pages.ROOT / "docs", tmp_path / "docs")
+    return tmp_path
+
+
+def test_a_hand_edited_table_is_stale(tmp_path):
+    root = _copy(tmp_path)
+    readme = root / "README.md"
+    readme.write_text(readme.read_text().replace("builds a tiny Qwen3.5 text model", "builds a model", 1))
+    found = pages.stale(root)
+    assert [(item.page.name, item.block) for item in found] == [("README.md", "checks-from-readme")]
+    assert "python -m harness.docsgen" in str(found[0])
+
+
+def test_a_check_added_to_the_registry_makes_the_pages_stale(tmp_path, monkeypatch):
+    root = _copy(tmp_path)
+    monkeypatch.setitem(CHECKS, "new-check", CheckSpec("new-check", "harness.checks.new_check", "answers something"))
+    assert {item.block for item in pages.stale(root)} == {"checks", "checks-from-readme", "checks-from-docs"}
+    pages.write(root)
+    assert pages.stale(root) == []
+    assert "[`new-check`](docs/checks/new-check.md)" in (root / "README.md").read_text()
+
+
+def test_an_unknown_block_is_an_error():
+    with pytest.raises(ValueError, match="unknown generated block 'nope'"):
+        pages.render("<!-- generated: nope -->\n<!-- end generated -->", {})
