@@ -2,5 +2,5 @@
 (`wheelhouse`, built where there is a network), and a run on the box's own interpreter that installs only from it
 (`here`), refusing where the interpreter is not what the row declares. `have` reads the box's package list.
 
-May import: harness.errors, harness.checks, harness.matrix, harness.envs, harness.results, harness.execution.
+May import: harness.errors, harness.checks, harness.matrix, harness.envs, harness.results.
 """

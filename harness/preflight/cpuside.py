@@ -25,8 +25,9 @@ from packaging.utils import canonicalize_name
 
 from harness import checks
 from harness.envs import cellenv, interpreters, pipconfig
-from harness.execution.progress import Progress
-from harness.execution.run import RunOptions, run_matrix
+from harness.execution.cell import RunOptions
+from harness.execution.jobs import Progress
+from harness.execution.run import run_matrix
 from harness.matrix import Cell, Matrix
 from harness.results import cpu_side, install_verdict
 from harness.results.records import CellResult, CheckResult, Status, cell_path, load_cell, now, write_json_atomic

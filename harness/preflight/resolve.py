@@ -27,7 +27,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from harness.envs import cellenv
-from harness.envs.lifetime import die_with_parent
+from harness.envs.cellenv import die_with_parent
 from harness.matrix import Cell
 
 from . import verdicts

@@ -2,8 +2,8 @@
 
 torchrun runs in a session of its own, so stopping it (a timeout) kills its ranks too, not only the
 launcher, which they would outlive; and it gets SIGTERM when the check's process dies (prctl
-PR_SET_PDEATHSIG), on which torchrun stops its ranks. The harness's own helper (envs.lifetime) sends
-SIGKILL instead, which torchrun cannot pass on to its ranks.
+PR_SET_PDEATHSIG), on which torchrun stops its ranks. The harness's own helper (envs.cellenv.die_with_parent)
+sends SIGKILL instead, which torchrun cannot pass on to its ranks.
 """
 from __future__ import annotations
 
