@@ -1,5 +1,12 @@
-"""User-facing errors, each with its own exit status. Tracebacks only with HARNESS_DEBUG=1."""
+"""User-facing errors, each with its own exit status, and the one place a process's entry point turns them
+into one line and that status (`exit_status`). Tracebacks only with HARNESS_DEBUG=1."""
 from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Callable
 
 # Exit statuses that are not errors: every verb ends with DONE when it did its work (check failures are in
 # the report, not the status); Ctrl-C or SIGTERM ends a run with INTERRUPTED, finished cell files kept.
@@ -45,3 +52,39 @@ class ResultsBusy(HarnessError):
     """Another run is writing to the same results directory; exit 7."""
 
     exit_code = 7
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's own usage errors as InputError: one line, exit 2."""
+
+    def error(self, message: str):
+        raise InputError(f"{self.prog}: {message}")
+
+
+def _interrupt_on_signals() -> None:
+    """SIGTERM (a CI runner cancelling the job) ends the run like Ctrl-C: children are killed,
+    finished cell files stay, and the next run finishes the remaining cells. SIGINT does so even when the
+    run was started in the background by a non-interactive shell, which starts it with SIGINT ignored
+    (Python then installs no handler of its own and a `kill -INT` would be lost)."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def exit_status(entry: Callable[[], int]) -> int:
+    """Run a process's entry point (`python -m harness`, a check's process): its exit status, a HarnessError
+    said in one line with its own status, and Ctrl-C or SIGTERM ending it with INTERRUPTED."""
+    _interrupt_on_signals()
+    try:
+        return entry()
+    except HarnessError as exc:
+        if os.environ.get("HARNESS_DEBUG"):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness import matrix as matrices
 from harness.envs import cellenv, envinfo, interpreters
-from harness.envs.lifetime import die_with_parent
+from harness.envs.cellenv import die_with_parent
 from harness.errors import HarnessError, InputError
 from harness.matrix.newest import resolve_cells
 from harness.results import verdict_diff

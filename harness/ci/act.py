@@ -22,10 +22,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.envs import localimage
 from harness.envs.cellenv import PROJECT_ROOT
-from harness.envs.container import CA_BUNDLE, package_settings, sdk
-from harness.envs.localimage import IMAGE
+from harness.envs.container import (
+    CA_BUNDLE,
+    LOCAL_IMAGE,
+    LocalImageUnavailable,
+    ensure_local_image,
+    package_settings,
+    sdk,
+)
 from harness.errors import EnvironmentMissing, HarnessError, InputError
 
 STAND_INS = {"actions/setup-python@v5": PROJECT_ROOT / ".github" / "act" / "setup-python"}
@@ -68,7 +73,7 @@ def command(workflow: Path, job: str, image: str, event: str, environ: dict[str,
     return argv
 
 
-def run(workflow: Path, job: str, image: str = IMAGE, event: str = "pull_request",
+def run(workflow: Path, job: str, image: str = LOCAL_IMAGE, event: str = "pull_request",
         environ: dict[str, str] | None = None, log=None) -> int:
     environ = dict(os.environ if environ is None else environ)
     if not workflow.is_file():
@@ -82,18 +87,18 @@ def run(workflow: Path, job: str, image: str = IMAGE, event: str = "pull_request
                               check=False).returncode
 
 
-def probe(image: str = IMAGE) -> str:
+def probe(image: str = LOCAL_IMAGE) -> str:
     """'' when act, an engine and `image` are there (the default image is built if missing), else why not."""
     try:
         act_binary()
         engine_host()
         docker = sdk()
         client = docker.from_env()
-        if image == IMAGE:
-            localimage.ensure(client, image)
+        if image == LOCAL_IMAGE:
+            ensure_local_image(client, image)
         else:
             client.images.get(image)
-    except (HarnessError, localimage.Unavailable) as exc:
+    except (HarnessError, LocalImageUnavailable) as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - any engine error: the session is skipped and says why
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.ci.act", description=__doc__.splitlines()[0])
     parser.add_argument("--workflow", type=Path, default=PROJECT_ROOT / ".github" / "workflows" / "ci.yml")
     parser.add_argument("--job", default="lint")
-    parser.add_argument("--image", default=IMAGE, help="the local image standing in for ubuntu-latest")
+    parser.add_argument("--image", default=LOCAL_IMAGE, help="the local image standing in for ubuntu-latest")
     parser.add_argument("--event", default="pull_request")
     parser.add_argument("--probe", action="store_true", help="print 'ready' or 'unavailable: REASON' and exit")
     args = parser.parse_args(argv)

@@ -1,5 +1,7 @@
-"""Cell environments: uv venvs with a cell's pins, pip settings forwarded to uv, environment capture,
-device probes, and container images (a cell run inside its image).
+"""Cell environments: uv venvs with a cell's pins and the processes started in them (cellenv), pip settings
+forwarded to uv (pipconfig), interpreters, environment capture (envinfo), device probes (devices), the import
+recorder copied into each environment (importrecord), and a cell's container: its image and what it gets of
+this machine (container; incontainer bootstraps the harness inside it).
 
-May import: harness.errors, harness.results, harness.checks.
+May import: harness.errors.
 """

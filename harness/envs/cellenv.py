@@ -1,16 +1,24 @@
-"""One virtual environment per cell, with exactly the cell's pins, built by uv.
+"""One virtual environment per cell, with exactly the cell's pins, built by uv, and the child processes that
+run in it, which die with the harness.
 
 Environments live under an env root (default `.harness/envs`) keyed by cell id and reused
 when their pins have not changed (a warm start is a uv audit, well under a second). The project
 itself is not installed into them: checks run with the project on PYTHONPATH, so a cell holds
 exactly its pins and what they depend on (plus `packaging`, the one thing the harness imports).
+
+A runner killed with SIGKILL cannot clean up: its uv installs, environment captures and checks would run on
+as orphans, writing into a results directory nobody is running any more. On Linux the kernel can send the
+child SIGKILL when its parent dies (prctl PR_SET_PDEATHSIG); every child the harness starts asks for that,
+through `die_with_parent`.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,12 +27,18 @@ from pathlib import Path
 from harness.errors import EnvironmentMissing
 
 from . import importrecord, pipconfig
-from .lifetime import die_with_parent
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 HARNESS_NEEDS = ("packaging",)
 MARKER = ".harness-env.json"
 OVERRIDES = ".harness-overrides.txt"  # the install recipe's `exclude`, as uv reads it
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A `preexec_fn`, run in the child before exec: SIGKILL when the process that started it dies."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class SetupFailed(RuntimeError):

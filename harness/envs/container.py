@@ -1,4 +1,5 @@
-"""Run one cell inside its container image (`image` axis) through the docker Python SDK.
+"""A cell's container (`image` axis), as the docker Python SDK makes it: its image, found or pulled, and
+what it gets of this machine. execution/container_cell.py runs it.
 
 Nothing is built on the host. The container gets the repository read-only at /harness/src (importable
 through PYTHONPATH), the results directory writable at /harness/out, a writable env directory under the
@@ -6,26 +7,29 @@ env root at /harness/envs (bootstrap venv, cell venv and uv cache: a second run 
 machine's pip find-links, constraint files and CA bundle read-only, and the cell's devices (never
 privileged). Inside, `harness.envs.incontainer` runs `harness run` for that one cell, which writes the cell
 file as on the host; the image name, id and digests reach its environment capture.
+
+Where no registry is reachable (these machines, air-gapped runners), the container tests and the `act`
+session still need a real image: `ensure_local_image` makes a Debian bookworm one with Python 3.11 without
+any registry. debootstrap writes a minimal root file system with python3 and python3-venv, and `docker
+import` turns its tarball into an image. The tarball is kept in the user's cache directory (as uv keeps its
+own), so only the first build on a machine pays for debootstrap (about a minute); later imports take seconds.
 """
 from __future__ import annotations
 
-import contextlib
 import glob
 import hashlib
 import os
-import threading
-import time
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import checks
 from harness.errors import EnvironmentMissing
-from harness.results import records
-from harness.results.records import CellResult, CheckResult, Status, combine_checks, kept_results, load_cell
 from trainers.runtime import determinism
 
 from . import pipconfig
-from .cellenv import PROJECT_ROOT, tail
+from .cellenv import PROJECT_ROOT
 from .envinfo import project_revision
 
 # Paths inside the container.
@@ -39,11 +43,9 @@ NPU_MOUNTS = ("/usr/local/dcmi", "/usr/local/bin/npu-smi", "/usr/local/Ascend/dr
 FORWARD = ("HARNESS_EXTRA_CHECKS", "HARNESS_DEBUG", "HARNESS_INDEX_URL", "CUDA_VISIBLE_DEVICES",
            "ASCEND_RT_VISIBLE_DEVICES", *dict.fromkeys(k for env in determinism.ENVIRONMENT.values() for k in env))
 UV_PATHS = ("UV_FIND_LINKS", "UV_CONSTRAINT", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_INDEX", "UV_EXTRA_INDEX_URL")
-SETUP_BUDGET = 3600.0  # seconds for bootstrap and the cell's install, on top of the checks' own timeouts
-TAIL_LINES = 200
-_LIVE: set = set()  # containers this process waits on, for stop_all()
-_LIVE_LOCK = threading.Lock()
-_STOPPING = threading.Event()
+LOCAL_IMAGE = "harness-test/bookworm-py311:1"  # the tag names the recipe in build_rootfs: change both together
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qwen35-harness"
+ROOTFS = CACHE / "bookworm-py311-1.tar"
 
 
 @dataclass(frozen=True)
@@ -124,13 +126,6 @@ def _pythonpath(environ: dict[str, str]) -> str:
     return ":".join(dict.fromkeys(paths))
 
 
-def budget(cell, matrix, opts) -> float:
-    """Wall-time limit of the whole container: setup plus every check's timeout on every try."""
-    names = opts.checks or cell.checks
-    per = [opts.timeout or matrix.timeout or checks.CHECKS[n].timeout for n in names if n in checks.CHECKS]
-    return SETUP_BUDGET + sum(per) * (opts.retries + 1)
-
-
 def run_args(cell, matrix, opts, image: Image, environ: dict[str, str] | None = None, host: str = "/") -> dict:
     """Keyword arguments for `containers.create`: command as an argv list, mounts, devices, environment.
 
@@ -191,7 +186,8 @@ def run_args(cell, matrix, opts, image: Image, environ: dict[str, str] | None = 
             "privileged": False, "init": True, "shm_size": "8g", "detach": True}
 
 
-def _image(docker, client, ref: str) -> Image:
+def find_image(docker, client, ref: str) -> Image:
+    """The image the matrix names, from this engine, else pulled from its registry."""
     try:
         found = client.images.get(ref)
     except docker.errors.ImageNotFound:
@@ -203,95 +199,45 @@ def _image(docker, client, ref: str) -> Image:
     return Image(ref, found.id, tuple(found.attrs.get("RepoDigests") or ()))
 
 
-def stop_all() -> None:
-    """Stop and remove every container this process waits on, and start no more: an interrupted
-    parallel run (the interrupt reaches only the main thread; workers wait on their containers)."""
-    _STOPPING.set()
-    with _LIVE_LOCK:
-        boxes = list(_LIVE)
-    for box in boxes:
-        with contextlib.suppress(Exception):
-            box.stop(timeout=10)
-            box.remove(force=True)
+class LocalImageUnavailable(RuntimeError):
+    """The image cannot be made here; the message says why and what would fix it."""
 
 
-def _run(docker, client, image: Image, kwargs: dict, limit: float) -> tuple[int | None, str]:
-    """(exit status or None past the limit, output tail); the container is removed whatever happens."""
-    import requests
-
-    with contextlib.suppress(docker.errors.NotFound):
-        client.containers.get(kwargs["name"]).remove(force=True)  # left by a run killed with SIGKILL
-    box = client.containers.create(image.id, **kwargs)
-    with _LIVE_LOCK:
-        _LIVE.add(box)
+def build_rootfs(dest: Path = ROOTFS) -> Path:
+    """A bookworm root file system with Python 3.11 and venv, as a tarball for `docker import` (LOCAL_IMAGE)."""
+    tool = shutil.which("debootstrap")
+    if tool is None:
+        raise LocalImageUnavailable("debootstrap is not installed (Debian: apt-get install debootstrap)")
+    if os.geteuid() != 0:
+        raise LocalImageUnavailable("debootstrap needs root")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="rootfs-", dir=dest.parent))
     try:
-        if _STOPPING.is_set():
-            raise KeyboardInterrupt
-        box.start()
-        try:
-            code = box.wait(timeout=limit)["StatusCode"]
-        except requests.exceptions.ReadTimeout:
-            code = None
-            box.stop(timeout=10)
-        if _STOPPING.is_set():
-            raise KeyboardInterrupt  # stopped by stop_all(): no result to record
-        return code, box.logs(tail=TAIL_LINES).decode("utf-8", "replace")
-    except BaseException:  # KeyboardInterrupt (and SIGTERM, which the CLI turns into one) included
-        with contextlib.suppress(Exception):
-            box.stop(timeout=10)
-        raise
+        done = subprocess.run([tool, "--variant=minbase", "--include=python3,python3-venv", "bookworm",
+                               str(work / "root")], capture_output=True, text=True, timeout=1500, check=False)
+        if done.returncode != 0:
+            raise LocalImageUnavailable(f"debootstrap bookworm failed with status {done.returncode} (is a Debian "
+                                        f"mirror reachable?): {' | '.join(done.stdout.splitlines()[-5:])}")
+        # The .debs debootstrap keeps and the docs are a third of the tree and nothing needs them.
+        subprocess.run(["tar", "-C", str(work / "root"), "-cf", str(work / "rootfs.tar"),
+                        "--exclude=./var/cache/apt/archives/*.deb", "--exclude=./usr/share/doc",
+                        "--exclude=./usr/share/man", "--exclude=./usr/share/locale", "."], check=True)
+        os.replace(work / "rootfs.tar", dest)
     finally:
-        with _LIVE_LOCK:
-            _LIVE.discard(box)
-        with contextlib.suppress(Exception):
-            box.remove(force=True)
+        shutil.rmtree(work, ignore_errors=True)
+    return dest
 
 
-def run_cell(cell, matrix, opts, earlier: CellResult | None = None) -> CellResult:
-    """Run the cell in its image; a failure of the engine, image or container becomes an infra error."""
-    docker = sdk()
-    import requests
+def ensure_local_image(client, ref: str = LOCAL_IMAGE):
+    """The image `ref` on the engine of docker `client`: found, or imported from the (cached) root fs."""
+    import docker
 
-
-    path, rel_log = records.cell_path(opts.out_dir, cell.id), f"cells/{cell.id}/logs/setup.log"
-    before = path.stat().st_mtime_ns if path.exists() else None
-    started, start = records.now(), time.perf_counter()
-    image, code, output, reason = None, None, "", ""
-    Path(opts.out_dir, rel_log).parent.mkdir(parents=True, exist_ok=True)
-    (Path(opts.env_root) / "containers").mkdir(parents=True, exist_ok=True)
     try:
-        try:
-            client = docker.from_env(timeout=300)
-        except docker.errors.DockerException as exc:
-            where = os.environ.get("DOCKER_HOST") or "the default socket"
-            raise docker.errors.DockerException(f"no docker engine reachable at {where}: {exc}") from None
-        image = _image(docker, client, cell.axes["image"])
-        limit = budget(cell, matrix, opts)
-        code, output = _run(docker, client, image, run_args(cell, matrix, opts, image), limit)
-        if code is None:
-            reason = f"the container ran past its limit of {limit:.0f} s and was stopped"
-    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-        reason = f"{type(exc).__name__}: {exc}"
-    with open(Path(opts.out_dir) / rel_log, "a", encoding="utf-8") as log:
-        log.write(f"\n== container for {cell.id}: image {cell.axes['image']} "
-                  f"({image.id if image else 'unavailable'}), exit status {code}\n{reason}\n"
-                  f"== container output (last {TAIL_LINES} lines)\n{output}\n")
-    if not reason and code == 0 and path.exists() and path.stat().st_mtime_ns != before:
-        try:
-            return load_cell(path)
-        except ValueError as exc:
-            reason = str(exc)
-    if not reason:
-        reason = f"the container exited with status {code} without a cell result: " \
-                 f"{tail(Path(opts.out_dir) / rel_log)[-2500:]}"
-    result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags), started=started, setup_log=rel_log,
-                        environment={"image": cell.axes["image"], "image_id": image.id if image else None,
-                                     "image_digest": image.digest if image else None,
-                                     "install": cell.install_order()})
-    wanted = opts.checks or cell.checks
-    result.checks = combine_checks(wanted, kept_results(earlier, wanted, opts.redo), lambda name: CheckResult(
-        name, Status.ERROR, f"container: {reason}", log=rel_log, failure_class="infra"))
-    result.finished = records.now()
-    result.duration = round(time.perf_counter() - start, 3)
-    records.write_json_atomic(path, result.to_dict())
-    return result
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        pass
+    if not ROOTFS.exists():
+        build_rootfs(ROOTFS)
+    name, tag = ref.rsplit(":", 1)
+    client.api.import_image(src=str(ROOTFS), repository=name, tag=tag)
+    return client.images.get(ref)

@@ -64,7 +64,7 @@ def visible_devices(device: str) -> list[str] | None:
     """The ids of the `device` accelerators processes started from here may use, in the form the device's
     visibility variable takes: the variable's own list when the user set it, else the devices the vendor
     tool lists (`nvidia-smi -L`) or the kernel's device nodes (`/dev/davinciN`). [] on cpu; None when they
-    cannot be told (no tool): the caller then shares devices as before, without a device budget."""
+    cannot be told (no tool): the caller then shares devices without a device budget."""
     if device == "cpu":
         return []
     variable = VISIBLE_VARIABLE[device]

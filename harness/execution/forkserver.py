@@ -1,12 +1,12 @@
 """The check server: one interpreter per cell imports the heavy packages once, then forks one process
 per check (`python -m harness checkserver`, started by forkclient in the cell's environment).
 
-Each forked check is set up as a fresh `python -m harness check` would be: its own session (a timeout
-kills its whole process group, torchrun ranks included), SIGKILL when the server dies (the server
-itself dies with the runner: runner -> server -> check), the matrix's memory limit, stdout and stderr
-into its own log, and the same `harness check` entry, so `runner.execute` runs it and writes its
-result file. The server runs one check at a time and only reports pids and exit statuses; the runner
-keeps the clock and the verdicts (runner.outcome).
+Each forked check is set up as a fresh check process (`python -m harness.execution.check_process`) would be:
+its own session (a timeout kills its whole process group, torchrun ranks included), SIGKILL when the server
+dies (the server itself dies with the runner: runner -> server -> check), the matrix's memory limit, stdout
+and stderr into its own log, and the same entry point, check_process.main, which runs `runner.execute` and
+writes the result file. The server runs one check at a time and only reports pids and exit statuses; the
+runner keeps the clock and the verdicts (runner.outcome).
 
 Forking is safe only from a process with one thread: the server refuses (and the cell falls back to
 fresh interpreters) when an import started a thread, native ones included, or initialised CUDA.
@@ -21,27 +21,26 @@ import importlib
 import importlib.util
 import json
 import os
-import runpy
 import sys
 import threading
 import time
 import traceback
 from pathlib import Path
 
+from harness.envs.cellenv import die_with_parent
 from harness.envs.importrecord import GRAPH_VARIABLE, INSTALLED_AS
-from harness.envs.lifetime import die_with_parent
 
 from . import runner
 
 # What (nearly) every check imports, heaviest first; each only where installed, one preload step each. With
 # the environment's import recorder keeping this server's import graph, a forked check counts for reuse only
 # the preloaded packages it touches and what they pulled in (envs/importrecord.py), so the list costs no reuse;
-# without it (an environment whose recorder predates the graph) every check counts all of them. A module may
+# without it (a recorder that keeps no graph) every check counts all of them. A module may
 # be listed only if importing it changes no other package's behaviour that a check which does not touch it
 # could see (that would not be counted). vLLM is left to its checks: its engine starts processes of its own.
 PRELOAD = ("torch", "numpy", "torch.distributed", "torch.distributed.fsdp", "transformers",
            "transformers.models.qwen3_5.modeling_qwen3_5", "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
-           "harness.cli")
+           runner.ENTRY)
 EXIT_ORPHANED = 70  # the server died between fork and PDEATHSIG: nobody waits for this check
 
 
@@ -112,9 +111,13 @@ def _run_check(request: dict, server_pid: int, channels: tuple[int, ...]) -> Non
         for key in request.get("unset", []):
             os.environ.pop(key, None)
         runner.limit_memory(request.get("memory_limit_mb"))
-        sys.argv = ["-m", "check", request["check"], "--result-file", request["result"], *request["args"]]
-        runpy.run_module("harness", run_name="__main__", alter_sys=True)  # `python -m harness check ...`
-        code = 0
+        # Imported here, in the check's process, as a fresh one imports it: the import recorder then counts what
+        # the entry point pulled in at preload for this check.
+        from . import check_process
+
+        argv = [request["check"], "--result-file", request["result"], *request["args"]]
+        sys.argv = [check_process.__file__, *argv]
+        code = check_process.main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - whatever escapes is the check's crash, told in its log

@@ -1,8 +1,9 @@
-"""`--jobs auto`: how many cells run at once, from the cores this process may use and the memory the
-kernel says is available, and what the selected cells cost.
+"""Cells at once: how many (`--jobs auto`, from the cores this process may use and the memory the kernel
+says is available, and what the selected cells cost), what each holds while it runs, in which order they
+start, and the progress line that shows them.
 
 A cell's cost is what it keeps busy, measured on the development machine (2 cores, one thread per process;
-README, "How a cell runs its checks"). Every kind counts 1 core: a cell's multi-rank moments (an FSDP cell's
+docs/running.md, "How a cell runs its checks"). Every kind counts 1 core: a cell's multi-rank moments (an FSDP cell's
 2-rank trainer, a Megatron cell's TP2 and EP2 jobs and trainer, a fully-async cell's producer beside the
 trainer) are short or spend part of their time waiting on each other, so a cell alone leaves most of a second
 core idle. Measured: a Megatron cell alone 36 s wall, 51 s of CPU; two side by side 58 s, against 72 s one
@@ -11,20 +12,27 @@ kinds count more memory (4 GiB: megatron-core's ranks, a vLLM engine's model and
 cells run their engines inside their own check processes: trainers.rollout, checks.vllm_engine). Up to as
 many cells as the lightest cost allows run at once, and each holds its own cost of a shared budget while it
 runs (`Budget`), first come first served, so no mix of cells oversubscribes the cores or the memory. On an
-accelerator, where none of this was measured, Megatron and fully-async cells keep their earlier estimate of 2
-cores (`ON_ACCELERATOR`). Cells start in `start_order`: those that need the most cores first, then the longest.
+accelerator, where none of this was measured, Megatron and fully-async cells count an estimate of 2 cores
+(`ON_ACCELERATOR`). Cells start in `start_order`: those that need the most cores first, then the longest.
 
 On an accelerator a cell also holds devices: `DEVICES_PER_CELL`, the most ranks one of its checks starts at
 once. The budget hands it that many of the runner's visible devices (envs/devices.visible_devices), and the
 cell's checks see only those (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES), so two cells never share a
 device, and an 8-device runner runs four cells at once where its cores and memory allow. An explicit
 `--jobs N` shares the devices the same way (`plan`): N decides the cores and memory, not the devices.
+
+Progress: a bar on a terminal, plain lines in CI and in logs. Cells may run in several threads at once: every
+event is written as one whole string under one lock, so lines never interleave; a plain line says one thing
+about one cell. On a terminal the bar (redrawn in place) names every cell running now, and each finished cell
+gets a line of its own above it.
 """
 from __future__ import annotations
 
 import os
+import sys
 import threading
-from collections import deque
+import time
+from collections import Counter, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,6 +40,7 @@ from pathlib import Path
 from harness.matrix.axes import VLLM_AXES
 
 MEMINFO = Path("/proc/meminfo")
+BAR_WIDTH = 24
 
 
 @dataclass(frozen=True)
@@ -54,8 +63,8 @@ HEAVY = {"megatron": CellCost(1, 4096, "Megatron", 60), "vllm": CellCost(1, 4096
          "fully-async": CellCost(1, 4096, "fully-async", 35)}
 
 
-# Only the CPU figures were measured: on an accelerator a Megatron or fully-async cell keeps the earlier estimate, 2
-# cores (two ranks at once, or a producer beside the trainer, each driving its own device).
+# Only the CPU figures were measured: on an accelerator a Megatron or fully-async cell counts an estimate of 2 cores
+# (two ranks at once, or a producer beside the trainer, each driving its own device).
 ON_ACCELERATOR = {"megatron": CellCost(2, 4096, "Megatron", 60), "fully-async": CellCost(2, 4096, "fully-async", 35)}
 
 
@@ -101,7 +110,7 @@ def auto_jobs(cells, cores: int | None = None, memory_mb: int | None = None, mem
               devices: dict[str, list[str] | None] | None = None) -> tuple[int, str]:
     """(cells at once, why in one line); at least 1, at most the number of cells. Run them under a
     `Budget` of the same cores, memory and devices, so the heavier cells wait for their share. `devices`: the
-    visible devices per accelerator type (None: not asked; a type's None: unknown, shared as before)."""
+    visible devices per accelerator type (None: not asked; a type's None: unknown, shared without a device budget)."""
     cores = usable_cores() if cores is None else cores
     memory_mb = available_memory_mb(meminfo) if memory_mb is None else memory_mb
     costs = [cell_cost(c) for c in cells] or [FSDP]
@@ -186,7 +195,7 @@ def plan(cells, jobs: int | None, devices: dict[str, list[str] | None],
     auto (None): from cores, memory and devices (`auto_jobs`). A number is the user's call on cores and memory,
     but on an accelerator the cells still share the visible devices through a budget of devices alone, so two
     cells never share a device whatever the number: with fewer devices than the number asks, cells wait for
-    theirs. Where a type's devices are unknown they are shared, as before."""
+    theirs. Where a type's devices are unknown they are shared, without a device budget."""
     if jobs is None:
         jobs, why = auto_jobs(cells, devices=devices)
         budget = Budget(usable_cores(), available_memory_mb(), stopping, devices=devices)
@@ -198,3 +207,48 @@ def plan(cells, jobs: int | None, devices: dict[str, list[str] | None],
     visible = ", ".join(f"{len(ids)} {device}" for device, ids in sorted(known.items()))
     why = f"jobs: up to {jobs} cells at once, each holding {DEVICES_PER_CELL} of the visible devices ({visible})"
     return jobs, Budget(jobs * heaviest, None, stopping, devices=known), why
+
+
+class Progress:
+    """What a run shows of its cells: started (running or reused) and finished, with their statuses."""
+
+    def __init__(self, total: int, stream=None, interactive: bool | None = None):
+        self.total, self.done = total, 0
+        self.stream = stream or sys.stderr
+        if interactive is None:
+            interactive = self.stream.isatty() and not os.environ.get("CI")
+        self.interactive = interactive
+        self.start = time.monotonic()
+        self.lock = threading.Lock()
+        self.running: dict[str, float] = {}  # cell id -> when it started
+
+    def _bar(self, verb: str = "running") -> str:
+        filled = int(BAR_WIDTH * self.done / max(self.total, 1))
+        cells = ", ".join(self.running) or "-"
+        return f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {self.done}/{self.total} {verb} {cells}"
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)  # one write per event: a thread never sees half of another's line
+        self.stream.flush()
+
+    def started(self, cell_id: str, reused: bool = False) -> None:
+        with self.lock:
+            self.running[cell_id] = time.monotonic()
+            if self.interactive:
+                self._write(f"\r\033[K{self._bar('reusing' if reused else 'running')}")
+            elif not reused:
+                self._write(f"[{self.done}/{self.total} done] {cell_id}: running\n")
+
+    def finished(self, cell_id: str, statuses) -> None:
+        with self.lock:
+            self.done += 1
+            began = self.running.pop(cell_id, None)
+            counts = Counter(s.value for s in statuses)
+            summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no checks"
+            now = time.monotonic()
+            took = f"cell {now - began:.0f} s, " if began is not None else ""
+            line = f"[{self.done}/{self.total}] {cell_id}: {summary} ({took}{now - self.start:.0f} s elapsed)"
+            if self.interactive:
+                self._write(f"\r\033[K{line}\n" + (self._bar() if self.running else ""))
+            else:
+                self._write(f"{line}\n")

@@ -3,7 +3,7 @@
 `python -m harness run FILE --ray ADDRESS` sends each cell that the plain runner would run (the
 same reuse rule, `run.reusable`) as a Ray task asking for the cell's device (`num_gpus=1` for
 cuda, the `NPU` resource for npu, which is also the name Ray gives Ascend NPUs it detects). The
-task runs `run.run_cell` on a worker and returns the cell's record; the driver writes it into
+task runs `cell.run_cell` on a worker and returns the cell's record; the driver writes it into
 its own results directory, so the JSON always ends up there whatever the worker could write.
 
 Code: workers import this project from the driver's checkout path (PYTHONPATH in the tasks'
@@ -45,8 +45,9 @@ from harness.results.records import (
     write_text_atomic,
 )
 
-from .progress import Progress
-from .run import RunOptions, reusable, run_cell, write_run_info
+from .cell import RunOptions, run_cell
+from .jobs import Progress
+from .run import reusable, write_run_info
 
 RUN_TOKEN = ".ray-run-token"
 LOG_TAIL_BYTES = 64 * 1024  # per shipped log: enough to see why, small enough for the object store

@@ -3,7 +3,7 @@
 A result's fingerprint hashes its context (the check, its arguments, the environment variables that
 steer the stack, the Python version and platform, the image, and the harness revision: a content
 hash of the code and data the checks run) with the provider of every top-level module its processes
-imported (loaded.py). A later cell computes the fingerprint the same result would have there, from its
+imported (module_providers.py). A later cell computes the fingerprint the same result would have there, from its
 own environment, and reuses the result only on an exact match. Only outcomes the check decided itself
 are reusable; a crash, timeout, infra failure, error or flaky pass runs again.
 """
@@ -24,7 +24,7 @@ from harness.envs.cellenv import PROJECT_ROOT
 from harness.envs.importrecord import VARIABLE
 from harness.results.records import CheckResult, Status, cell_path, load_cell
 
-from .loaded import EnvironmentModules, by_provider, distributions, module_names, read_record
+from .module_providers import EnvironmentModules, by_provider, distributions, module_names, read_record
 
 REVISION_DIRS = ("harness", "trainers", "plans")  # the checks' code and the data files they read
 # Variables that steer the stack or the harness; others (PWD, SHLVL, a CI run id) would only stop reuse.

@@ -1,361 +1,65 @@
-"""Run a matrix: for each selected cell, build its environment, record its lock and
-environment, run each check in its own process, and write one JSON file per cell atomically.
+"""Run a matrix's cells into its results directory: one run per directory at a time (`results_lock`), run.json
+for the report, each cell already finished there kept, and the others run (cell.run_cell) one after the
+other or several at once, in start order, each holding its share of the run's budget, with their progress.
 
 A finished cell file is reused by the next run of the same matrix unless `redo` is set.
+
+The lock: two runs writing one directory would each rewrite a cell's file from what they read before the
+other wrote (one run's results lost) and write the same logs. A run holds an exclusive lock on
+`DIR/.run.lock` for its whole length; a second run on the same directory stops at once (exit 7), naming the
+holder. The lock is the kernel's (flock): a killed run releases it with its last breath, so there is never a
+stale lock to remove by hand; the temporary files of a write it was killed in are removed by the next run to
+take the lock (records.sweep_stale_temporaries). Runs one after the other merge per check: each keeps the
+other's results (records.kept_results).
 """
 from __future__ import annotations
 
-import datetime as dt
-import json
+import fcntl
 import os
-import subprocess
-import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 
-from harness import checks
-from harness.envs import cellenv, container, devices, interpreters
-from harness.envs.lifetime import die_with_parent
+from harness.envs import container, devices
+from harness.errors import ResultsBusy
 from harness.matrix import Cell, Matrix
-from harness.matrix.axes import VLLM_AXES
-from harness.matrix.sources import UNREACHABLE_REMEDY, unreachable_reason
-from harness.results import install_verdict
 from harness.results.records import (
     CellResult,
-    CheckResult,
-    Status,
     cell_path,
-    classify,
-    clear_known_failure,
-    combine_checks,
-    did_not_run,
-    expired_note,
     kept_results,
     load_cell,
-    now,
+    sweep_stale_temporaries,
     write_json_atomic,
-    write_text_atomic,
 )
-from trainers.runtime import determinism
 
-from . import loaded, runner
-from .forkclient import CheckProcesses
-from .jobs import Budget, cell_cost, start_order
-from .progress import Progress
-from .reuse import CellReuse, ReuseIndex, context, harness_revision
+from . import container_cell, runner
+from .cell import RunOptions, reapply_known_failures, run_cell
+from .jobs import Progress, cell_cost, start_order
+from .reuse import ReuseIndex
 
-
-@dataclass
-class RunOptions:
-    out_dir: Path
-    env_root: Path = Path(".harness/envs")
-    jobs: int = 1
-    redo: bool = False
-    checks: tuple[str, ...] = ()  # empty: the matrix's checks
-    seed: int = 0
-    steps: int | None = None
-    timeout: float | None = None  # overrides the matrix's per-check timeout
-    retries: int = 2  # extra tries for infra failures (setup) and crashes; each try's reason is kept
-    progress: Progress | None = None
-    extra_env: dict[str, str] = field(default_factory=dict)
-    reuse: bool = True  # reuse a result of another cell that loaded exactly this cell's versions (reuse.py)
-    reuse_index: ReuseIndex | None = field(default=None, repr=False, compare=False)  # shared by a run's cells
-    fork: bool = True  # checks forked from one interpreter per cell that imports once; False: fresh ones
-    budget: Budget | None = field(default=None, repr=False, compare=False)  # --jobs auto: cores each cell holds
-    # (environment, lock) of a cell instead of building one: an offline run on the interpreter at hand
-    # (harness/offline/here.py); None: cellenv.build and its freeze.
-    prepare: Callable[[Cell, Path], tuple[cellenv.CellEnv, str]] | None = field(default=None, repr=False,
-                                                                               compare=False)
+LOCK_NAME = ".run.lock"
 
 
-
-def _git_source_unreachable(requirements: list[str], output: str) -> install_verdict.InstallVerdict | None:
-    """A row's git source (mbridge @ git+https://...) that this runner cannot reach: named as such, before the
-    generic reading of uv's output would call it a failed build."""
-    reason = unreachable_reason(requirements, output)
-    if reason is None:
-        return None
-    return install_verdict.InstallVerdict(install_verdict.RUNNER, reason, UNREACHABLE_REMEDY,
-                                          output[-install_verdict.RESOLVER_LIMIT:])
-
-def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
-    """This cell's earlier result file, if readable and made with the same pins."""
-    path = cell_path(out_dir, cell.id)
-    if not path.exists():
-        return None
+@contextmanager
+def results_lock(out_dir: Path) -> Iterator[None]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        done = load_cell(path)
-    except ValueError:
-        return None  # corrupt or from an older schema: run it again
-    return done if done.axes == cell.axes else None
-
-
-def reusable(cell: Cell, opts: RunOptions) -> tuple[CellResult | None, bool]:
-    """(earlier result, complete): a complete cell already holds every wanted check and is reused, not run.
-
-    Shared by the local runner and the Ray dispatcher so that both skip the same cells. A reused
-    cell's file is rewritten when the matrix's known failures for it changed since it ran.
-    """
-    earlier = previous_result(opts.out_dir, cell)
-    wanted = opts.checks or cell.checks
-    complete = earlier is not None and set(wanted) <= set(kept_results(earlier, wanted, opts.redo))
-    if complete and reapply_known_failures(earlier, cell):
-        write_json_atomic(cell_path(opts.out_dir, cell.id), earlier.to_dict())
-    return earlier, complete
-
-
-def write_run_info(matrix: Matrix, opts: RunOptions) -> None:
-    """run.json: what the report needs to know about the matrix (title, file, notes)."""
-    opts.out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(opts.out_dir / "run.json", {
-        "matrix": matrix.name, "title": matrix.description, "matrix_file": matrix.path.name,
-        "notes": [{"text": n.text, "cells": n.cells} for n in matrix.notes]})
-
-
-def apply_known_failures(result: CheckResult, cell: Cell, today: dt.date | None = None) -> CheckResult:
-    """Turn a failure that the matrix declares as known into `xfail`, keeping the original status.
-
-    Starts from the check's own result, so that applied again to a reused result it follows the
-    matrix as it is now (an entry deleted or expired since no longer counts)."""
-    result = clear_known_failure(result)
-    if did_not_run(result):  # nothing to apply, and no "stale": a check that did not run cannot have stopped failing
-        return result
-    for known in cell.known_failures:
-        if known.check != result.check:
-            continue
-        failing = result.status.is_failure if known.verdict is None else any(
-            v.name == known.verdict and v.status.is_failure for v in result.verdicts)
-        if failing and not known.expired(today):
-            result.original_status, result.status = result.status, Status.XFAIL
-            result.known_failure = known.to_dict()
-        elif failing:
-            result.message += expired_note(known.expires.isoformat(), known.link)
-            result.known_failure = {**known.to_dict(), "state": "expired"}
-        else:
-            result.known_failure = {**known.to_dict(), "state": "stale: the check no longer fails"}
-    return result
-
-
-def reapply_known_failures(result: CellResult, cell: Cell) -> bool:
-    """Apply the matrix's known failures to every check of a (reused) cell result; True if any changed."""
-    before = [c.to_dict() for c in result.checks]
-    result.checks = [apply_known_failures(c, cell) for c in result.checks]
-    return [c.to_dict() for c in result.checks] != before
-
-
-def _check_args(cell: Cell, opts: RunOptions) -> list[str]:
-    args = ["--model", cell.axes["model"], "--backend", cell.axes["backend"], "--seed", str(opts.seed)]
-    if cell.axes.get("mode", "sync") != "sync":
-        args += ["--mode", cell.axes["mode"]]
-    if opts.steps is not None:
-        args += ["--steps", str(opts.steps)]
-    if cell.max_ranks is not None:
-        args += ["--max-ranks", str(cell.max_ranks)]
-    return args
-
-
-def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult | None = None) -> CellResult:
-    """Run the cell's checks; those `earlier` already holds are kept, not run again."""
-    if container.wanted(cell):  # a cell with an image runs inside it (harness/envs/container.py)
-        return container.run_cell(cell, matrix, opts, earlier)
-    wanted = opts.checks or cell.checks
-    kept = kept_results(earlier, wanted, opts.redo)  # the cell's other results stay
-    rel = Path("cells") / cell.id
-    cell_dir = opts.out_dir / rel
-    started, start = now(), time.perf_counter()
-    result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags), started=started,
-                        setup_log=str(rel / "logs" / "setup.log"))
-    setup_log = opts.out_dir / result.setup_log
-    setup_log.unlink(missing_ok=True)
-    try:
-        python = interpreters.find(cell.python).path if cell.python and opts.prepare is None else None
-    except interpreters.InterpreterMissing as exc:  # this runner lacks it; one that has it runs the cell next time
-        reason = str(exc)
-        result.checks = combine_checks(wanted, kept, lambda name: CheckResult(
-            name, Status.SKIP, reason, failure_class="infra"))
-        return _finish(result, cell, opts, start)
-    env, attempts, verdict = None, [], None
-    phase = time.perf_counter()
-    for _ in range(opts.retries + 1):
         try:
-            if opts.prepare is not None:
-                env, lock = opts.prepare(cell, setup_log)
-            else:
-                env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, python,
-                                    cell.install.from_index, cell.install.remove, cell.install.from_source,
-                                    cell.install.build_env, cell.install.overrides())
-                lock = cellenv.freeze(env)
-            write_text_atomic(cell_dir / "lock.txt", lock)
-            break
-        except cellenv.SetupFailed as exc:
-            # The resolver's words say whose the failure is: the pins' (conflict), the runner's (wheel tags,
-            # a source build, a source it cannot reach), or neither (a network blip: infra, tried again).
-            verdict = (_git_source_unreachable(cell.requirements, str(exc))
-                       or install_verdict.runner_constraint(str(exc), os.environ.get("UV_CONSTRAINT", "").split())
-                       or install_verdict.classify(str(exc)))
-            failure = verdict.failure_class if verdict else "infra"
-            attempts.append({"status": Status.ERROR.value, "failure_class": failure, "reason": str(exc)[-1500:]})
-            env = None
-            if verdict is not None:
-                break  # trying again on this runner cannot help
-    result.phases["environment"] = round(time.perf_counter() - phase, 3)
-    if env is None:
-        result.checks = combine_checks(wanted, kept, lambda name: _not_installed(name, verdict, attempts, result))
-    else:
-        result.lock = str(rel / "lock.txt")
-        # The check server imports while the environment is captured: the two overlap.
-        to_run = [n for n in wanted if n not in kept and cell.axes["backend"] in checks.CHECKS[n].backends]
-        capture = {}
-        cell_reuse = _cell_reuse(cell, env, opts, capture)
-        # A cell that expects to reuse every check starts its server only if one is not reused after all.
-        expect_reuse = cell_reuse is not None and all(cell_reuse.may_reuse(name) for name in to_run)
-        processes = CheckProcesses(env.python, env.run_env(check_environment(cell, opts)), setup_log,
-                                   fork=opts.fork and bool(to_run), start=not expect_reuse)
-        try:
-            phase = time.perf_counter()
-            result.environment = _capture(env, opts)
-            if getattr(env, "evidence", ""):  # where the results come from, when not a cell environment of its own
-                result.environment["evidence"] = env.evidence
-            capture.update(result.environment)  # the checks' contexts read it from now on
-            result.phases["capture"] = round(time.perf_counter() - phase, 3)
-            processes.ready()
-            def one(name: str) -> CheckResult:
-                return _reused_or_run(name, cell, cell_reuse, lambda run_opts: _one_check(
-                    name, cell, matrix, env, processes, run_opts, rel), opts)
-
-            if cell_reuse is None:
-                result.checks = combine_checks(wanted, kept, one)
-            else:  # in the order that lets cells running at the same time reuse each other's results
-                done = cell_reuse.in_turn([name for name in wanted if name not in kept], one)
-                result.checks = combine_checks(wanted, kept, done.__getitem__)
-            result.phases["imports"] = processes.imports
-        finally:
-            processes.close()
-    return _finish(result, cell, opts, start)
-
-
-def _not_installed(name: str, verdict: install_verdict.InstallVerdict | None, attempts: list[dict],
-                   result: CellResult) -> CheckResult:
-    """A check that did not run because the cell's environment could not be installed: its install verdict
-    (in the message, the failure class and metrics["install"]), or an infra failure with the log's tail."""
-    if verdict is None:
-        return CheckResult(name, Status.ERROR, f"environment setup failed: {attempts[-1]['reason']}",
-                           log=result.setup_log, failure_class="infra", attempts=attempts[:-1])
-    return CheckResult(name, Status.ERROR, verdict.text(), log=result.setup_log, failure_class=verdict.failure_class,
-                       metrics={"install": verdict.to_dict()}, attempts=attempts[:-1])
-
-
-def _cell_reuse(cell: Cell, env: cellenv.CellEnv, opts: RunOptions, capture: dict) -> CellReuse | None:
-    """Reuse across cells for this cell (None with --no-reuse): its lock, modules and check contexts (read
-    from `capture`, the environment capture, when a check asks)."""
-    if not opts.reuse:
-        return None
-    index = opts.reuse_index or ReuseIndex(opts.out_dir, from_disk=not opts.redo)
-    environ = env.run_env(check_environment(cell, opts))
-    try:
-        lock = (opts.out_dir / "cells" / cell.id / "lock.txt").read_text(encoding="utf-8")
-        modules = loaded.EnvironmentModules(cellenv.site_packages(env), lock,
-                                            loaded.search_path(environ["PYTHONPATH"]))
-        revision = harness_revision()
-    except (OSError, ValueError):  # unreadable metadata or project files: this cell neither reuses nor is reused
-        return None
-    argv = _check_args(cell, opts)
-    return CellReuse(index, cell.id, modules, lambda name: context(name, argv, environ, capture, revision))
-
-
-def _reused_or_run(name: str, cell: Cell, cell_reuse: CellReuse | None, run, opts: RunOptions) -> CheckResult:
-    """A result reused from another cell, with this cell's known failures; else `run(opts)` with its
-    imports recorded, so that later cells may reuse it."""
-    if cell_reuse is None:
-        return run(opts)
-    found = cell_reuse.find(name)
-    if found is not None:
-        found = apply_known_failures(found, cell)
-        found.failure_class = classify(found.original_status or found.status)
-        return found
-    with cell_reuse.recording() as (directory, variables):
-        result = run(replace(opts, extra_env={**opts.extra_env, **variables}))
-        return cell_reuse.stamp(name, result, directory)
-
-
-def _finish(result: CellResult, cell: Cell, opts: RunOptions, start: float) -> CellResult:
-    if runner.STOPPING.is_set():
-        # Stopped from another thread while this cell ran: its last check was killed by the stop, which is
-        # not a finding. Write nothing, so the next run runs the cell again.
-        raise KeyboardInterrupt
-    result.finished, result.duration = now(), round(time.perf_counter() - start, 3)
-    # How to install the row by hand, whatever happened: a row whose pins conflict needs it most.
-    result.environment["install"] = cell.install_order()
-    if cell.resolved:  # which releases `newest` and the like named on the day of the run
-        result.environment["resolved"] = [r.to_dict() for r in cell.resolved]
-    reapply_known_failures(result, cell)  # the kept results, too
-    write_json_atomic(cell_path(opts.out_dir, result.cell_id), result.to_dict())
-    return result
-
-
-def check_environment(cell: Cell, opts: RunOptions) -> dict[str, str]:
-    """Variables for a check process: the device, and its determinism settings (set before the
-    device runtime starts; a value the user exported wins)."""
-    settings = {k: v for k, v in determinism.environment(cell.axes["device"]).items() if k not in os.environ}
-    return {**settings, **_vllm_cache(cell, opts.env_root), **opts.extra_env, "HARNESS_DEVICE": cell.axes["device"]}
-
-
-def _vllm_cache(cell: Cell, env_root: Path) -> dict[str, str]:
-    """One vLLM cache folder per vLLM release, beside the cell environments (unless the user set one): vLLM
-    names its cached model-class facts without its version, so cells of two releases running side by side
-    would evict each other's entries, and each costs a subprocess importing vLLM (about 23 s on CPU) to make
-    again. Kept with the environments, it is as warm as they are."""
-    release = next((f"{axis}-{cell.axes[axis]}" for axis in VLLM_AXES if cell.axes.get(axis)), None)
-    if release is None or "VLLM_CACHE_ROOT" in os.environ:
-        return {}
-    return {"VLLM_CACHE_ROOT": str((env_root / ".vllm-cache" / release).resolve())}
-
-
-def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, processes: CheckProcesses,
-               opts: RunOptions, rel: Path) -> CheckResult:
-    spec = checks.CHECKS[name]
-    if cell.axes["backend"] not in spec.backends:
-        return CheckResult(name, Status.SKIP, f"not applicable to backend {cell.axes['backend']}")
-    log = rel / "logs" / f"{name}.log"
-    timeout = opts.timeout or matrix.timeout or spec.timeout
-    attempts: list[dict] = []
-    for attempt in range(opts.retries + 1):
-        outcome = processes.run(name, _check_args(cell, opts), opts.out_dir / log, timeout,
-                                env.run_env(check_environment(cell, opts)), matrix.memory_limit_mb)
-        if outcome.status is not Status.CRASH or attempt == opts.retries:
-            break
-        # A crash may be the runner's (a neighbour took the memory): try again, keep why.
-        attempts.append({"status": outcome.status.value, "failure_class": "crash", "reason": outcome.message[-1500:]})
-    outcome.log = str(log)
-    outcome.attempts = attempts
-    outcome.flaky = bool(attempts) and not outcome.status.is_failure
-    outcome = apply_known_failures(outcome, cell)
-    outcome.failure_class = classify(outcome.original_status or outcome.status)
-    return outcome
-
-
-def _capture(env: cellenv.CellEnv, opts: RunOptions) -> dict:
-    try:
-        done = subprocess.run([str(env.python), "-m", "harness", "envinfo"], capture_output=True, text=True,
-                              env=env.run_env(opts.extra_env), timeout=300, check=False,
-                              preexec_fn=die_with_parent)
-    except subprocess.TimeoutExpired:  # a hung device tool must not stop the matrix
-        return {"error": "environment capture did not finish within 300 s"}
-    try:
-        return json.loads(done.stdout)
-    except json.JSONDecodeError:
-        return {"error": f"environment capture failed (status {done.returncode}): {done.stderr[-1000:]}"}
-
-
-def with_devices(opts: RunOptions, cell: Cell, held: list[str]) -> RunOptions:
-    """The options of a cell that holds accelerator devices: its checks see only those."""
-    if not held:
-        return opts
-    variable = devices.VISIBLE_VARIABLE[cell.axes["device"]]
-    return replace(opts, extra_env={**opts.extra_env, variable: ",".join(held)})
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise ResultsBusy(f"{out_dir}: another run (pid {holder}) is writing results here; wait for it to "
+                              "finish, or pass another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        sweep_stale_temporaries(out_dir)  # what a run killed mid-write left; no run writes here but this one
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[CellResult]:
@@ -389,5 +93,47 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
         except BaseException:  # interrupted: workers wait on checks and containers the signal cannot reach
             pool.shutdown(wait=False, cancel_futures=True)
             runner.stop_all()
-            container.stop_all()
+            container_cell.stop_all()
             raise
+
+
+def write_run_info(matrix: Matrix, opts: RunOptions) -> None:
+    """run.json: what the report needs to know about the matrix (title, file, notes)."""
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(opts.out_dir / "run.json", {
+        "matrix": matrix.name, "title": matrix.description, "matrix_file": matrix.path.name,
+        "notes": [{"text": n.text, "cells": n.cells} for n in matrix.notes]})
+
+
+def reusable(cell: Cell, opts: RunOptions) -> tuple[CellResult | None, bool]:
+    """(earlier result, complete): a complete cell already holds every wanted check and is reused, not run.
+
+    Shared by the local runner and the Ray dispatcher so that both skip the same cells. A reused
+    cell's file is rewritten when the matrix's known failures for it changed since it ran.
+    """
+    earlier = previous_result(opts.out_dir, cell)
+    wanted = opts.checks or cell.checks
+    complete = earlier is not None and set(wanted) <= set(kept_results(earlier, wanted, opts.redo))
+    if complete and reapply_known_failures(earlier, cell):
+        write_json_atomic(cell_path(opts.out_dir, cell.id), earlier.to_dict())
+    return earlier, complete
+
+
+def previous_result(out_dir: Path, cell: Cell) -> CellResult | None:
+    """This cell's earlier result file, if readable and made with the same pins."""
+    path = cell_path(out_dir, cell.id)
+    if not path.exists():
+        return None
+    try:
+        done = load_cell(path)
+    except ValueError:
+        return None  # corrupt or from an older schema: run it again
+    return done if done.axes == cell.axes else None
+
+
+def with_devices(opts: RunOptions, cell: Cell, held: list[str]) -> RunOptions:
+    """The options of a cell that holds accelerator devices: its checks see only those."""
+    if not held:
+        return opts
+    variable = devices.VISIBLE_VARIABLE[cell.axes["device"]]
+    return replace(opts, extra_env={**opts.extra_env, variable: ",".join(held)})

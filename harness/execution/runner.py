@@ -1,9 +1,9 @@
 """Where failures become statuses: the only module that does it.
 
-`execute` runs a check in this process (inside a cell) and turns its exceptions into a
-status. `run_isolated` runs `python -m harness check` in a fresh interpreter with a timeout, and
-`outcome` turns what happened to a check's process (a crash, a hang, memory exhaustion) into a
-status, with the tail of its log, so that the run goes on; the fork path (forkclient) ends there too.
+`execute` runs a check in this process (a check's own process, check_process.py) and turns its exceptions into
+a status. `run_isolated` starts that process in a fresh interpreter with a timeout, and `outcome` turns what
+happened to a check's process (a crash, a hang, memory exhaustion) into a status, with the tail of its log, so
+that the run goes on; the fork path (forkclient) ends there too.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -19,13 +20,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness import checks
-from harness.envs.cellenv import tail
-from harness.envs.lifetime import die_with_parent
+from harness.envs.cellenv import die_with_parent, tail
 from harness.results.records import CheckResult, Status
 
-from .loaded import record_this_process
+from .module_providers import record_this_process
 
-UNAVAILABLE = "Qwen35Unavailable"
+ENTRY = "harness.execution.check_process"  # a check's process: `python -m ENTRY NAME --result-file FILE ...`
 # Check process groups running now, for a run interrupted while cells run in other threads.
 _LIVE: set[int] = set()
 _LIVE_LOCK = threading.Lock()
@@ -43,7 +43,7 @@ def execute(name: str, options: checks.CheckOptions) -> CheckResult:
     except MemoryError:
         result = CheckResult(name, Status.CRASH, "out of memory (MemoryError)")
     except Exception as exc:  # noqa: BLE001 - a check's bug or a broken stack: recorded, not raised
-        if type(exc).__name__ == UNAVAILABLE:  # a stack without Qwen3.5: nothing to check
+        if lacks_qwen35(exc):  # a stack without Qwen3.5: nothing to check
             result = CheckResult(name, Status.SKIP, str(exc).split(":")[0])
         else:
             frames = "".join(traceback.format_exception(exc)[-6:])
@@ -51,6 +51,14 @@ def execute(name: str, options: checks.CheckOptions) -> CheckResult:
                                  metrics={"traceback": frames[-4000:]})
     result.check, result.duration = name, round(time.perf_counter() - start, 3)
     return result
+
+
+def lacks_qwen35(exc: BaseException) -> bool:
+    """Whether `exc` is trainers.models.Qwen35Unavailable (this stack has no Qwen3.5): a real type check. Where
+    that module is not loaded no exception can be of its class, so it is looked up in sys.modules, never imported:
+    the harness does not import the trainers to ask."""
+    models = sys.modules.get("trainers.models")
+    return models is not None and isinstance(exc, models.Qwen35Unavailable)
 
 
 def limit_memory(megabytes: int | None) -> None:
@@ -112,7 +120,7 @@ def run_isolated(python: Path | str, name: str, args: list[str], log_path: Path,
     log_path.parent.mkdir(parents=True, exist_ok=True)
     result_path = log_path.with_suffix(".result.json")
     result_path.unlink(missing_ok=True)
-    argv = [str(python), "-m", "harness", "check", name, "--result-file", str(result_path), *args]
+    argv = [str(python), "-m", ENTRY, name, "--result-file", str(result_path), *args]
     start = time.perf_counter()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

@@ -13,7 +13,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from harness.envs import cellenv
-from harness.envs.lifetime import die_with_parent
+from harness.envs.cellenv import die_with_parent
 from harness.errors import InputError
 from harness.results.records import write_json_atomic
 

@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from harness.envs import cellenv
-from harness.envs.lifetime import die_with_parent
+from harness.envs.cellenv import die_with_parent
 from harness.errors import InputError
 from harness.matrix import Cell
 

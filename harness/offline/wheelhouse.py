@@ -28,7 +28,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from harness.envs import cellenv
-from harness.envs.lifetime import die_with_parent
+from harness.envs.cellenv import die_with_parent
 from harness.errors import EnvironmentMissing, InputError
 from harness.matrix import Cell
 from harness.results.records import write_json_atomic

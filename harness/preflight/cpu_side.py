@@ -172,8 +172,9 @@ def mark(result: CellResult, cell: Cell) -> CellResult:
 def run(m: Matrix, cells: list[Cell], out: Path, env_root: Path, prepare=None) -> list[CellResult]:
     """Install each cell here from its exact wheels, run its checks that need no accelerator on CPU, and write
     the marked results to out/cpu-side/cells/. `prepare`: run.py's hook (tests give their own)."""
-    from harness.execution.progress import Progress  # the run's machinery, loaded only for this verb
-    from harness.execution.run import RunOptions, run_matrix
+    from harness.execution.cell import RunOptions  # the run's machinery, loaded only for this verb
+    from harness.execution.jobs import Progress
+    from harness.execution.run import run_matrix
 
     folder = Path(out) / cpu_marks.FOLDER
     date = dt.date.today().isoformat()

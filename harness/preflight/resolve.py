@@ -30,7 +30,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from harness.envs import cellenv
-from harness.envs.lifetime import die_with_parent
+from harness.envs.cellenv import die_with_parent
 from harness.matrix import Cell
 
 DEFAULT_GLIBC = "2_28"  # the manylinux the runners' wheels are chosen for (uv's --python-platform)

@@ -10,7 +10,7 @@ report.html (html.py; its first screen from pins.py, grid.py and glance.py, with
 report.json, report.junit.xml (junit.py) and support.json (support.py: one verdict per version combination,
 for other tools). Unreadable files become problems listed in the report; they never stop it.
 
-May import: harness.errors, harness.results, harness.checks, harness.matrix, harness.trust.
+May import: harness.errors, harness.results, harness.checks, harness.matrix.
 """
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def last_known_good_lines(history: dict) -> list[str]:
 
 
 def first_bad_lines(report_dir: Path) -> tuple[list[str], list[str]]:
-    """The findings of DIR/first-bad.json (harness/trust/first_bad.py) as text, and problems reading it."""
+    """The findings of DIR/first-bad.json (harness/rerun/first_bad.py) as text, and problems reading it."""
     path = report_dir / "first-bad.json"
     if not path.exists():
         return [], []

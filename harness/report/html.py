@@ -281,7 +281,7 @@ def to_html(report: Report) -> str:
 
 
 def _first_bad(report: Report) -> list[str]:
-    """First bad releases found by bisection, above the table (harness/trust/first_bad.py)."""
+    """First bad releases found by bisection, above the table (harness/rerun/first_bad.py)."""
     if not report.first_bad:
         return []
     return ["<h2>First bad release</h2><ul>", *(f"<li>{escape_html(line)}</li>" for line in report.first_bad), "</ul>"]

@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from shlex import quote
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -19,8 +20,6 @@ from harness.matrix.axes import VERSION_AXES
 from harness.results import cpu_side
 from harness.results.install_verdict import RUNNER, InstallVerdict, of_check
 from harness.results.records import CellResult, CheckResult, Status, did_not_run
-from harness.trust.repro import command as repro_command
-from harness.trust.repro import cpu_side_command
 
 from . import plot
 from .evidence import INSTALL_MESSAGE_LIMIT, findings, is_install_failure
@@ -275,7 +274,7 @@ class Report:
     has_emulated: bool = False
     changes: dict[str, int] | None = None  # counts per kind against a previous run, None without one
     last_known_good: list[str] = field(default_factory=list)
-    first_bad: list[str] = field(default_factory=list)  # first bad releases found by bisection (trust/first_bad.py)
+    first_bad: list[str] = field(default_factory=list)  # first bad releases found by bisection (rerun/first_bad.py)
     standing: list[StandingFinding] = field(default_factory=list)  # findings the same in every row (findings.py)
     # Entries whose cell could not be installed, by install verdict label: not in `summary`, since they did not run.
     not_installed: dict[str, int] = field(default_factory=dict)
@@ -306,6 +305,22 @@ def _known_failure(data: Any) -> dict[str, str] | None:
 
 
 _NO_REPRO = (Status.PASS, Status.SKIP)
+
+
+def repro_command(cell_id: str, check: str, results_dir: str | None = None) -> str:
+    """The `repro` command (harness/rerun/repro.py) the report shows for one entry, quoted for a POSIX shell as
+    shlex.join would."""
+    # Only the two words from the results need quoting; shlex.quote returns a plain word unchanged after one
+    # search (the report builds tens of thousands of these commands).
+    text = f"python -m harness repro {quote(cell_id)} --check {quote(check)}"
+    return f"{text} --dir {quote(results_dir)}" if results_dir else text
+
+
+def cpu_side_command(matrix: str, cell_id: str) -> str:
+    """What reruns a verdict of the CPU pre-flight on a cell's exact wheels: that pre-flight again, for the cell
+    (the same install and the same CPU-only settings), not `repro`, which would run the check on its device."""
+    return f"python -m harness cpu-side {quote(f'matrices/{matrix}.toml')} --cells {quote(cell_id)}"
+
 # An install-only pre-flight's skip (harness/preflight/store.py): the check awaits a runner, as a CPU-side one does.
 _AWAITS = cpu_side.LABELS[cpu_side.AWAITS]
 

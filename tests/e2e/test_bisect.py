@@ -9,7 +9,7 @@ from packaging.version import Version
 
 from harness.errors import InputError
 from harness.matrix.index import PackageIndex
-from harness.trust import bisect as bs
+from harness.rerun import bisect as bs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -61,7 +61,7 @@ def test_a_second_run_on_the_same_directory_stops_and_the_first_loses_nothing(tm
 
 
 def test_a_cell_run_inside_its_container_runs_under_the_host_run_lock(tmp_path, project_env):
-    from harness.execution.lock import results_lock
+    from harness.execution.run import results_lock
 
     (tmp_path / "m.toml").write_text(MATRIX)
     env = {**project_env, "MISBEHAVE": "pass"}
@@ -76,7 +76,7 @@ def test_a_cell_run_inside_its_container_runs_under_the_host_run_lock(tmp_path, 
 
 
 def test_taking_the_results_lock_removes_the_temporaries_of_a_killed_write_only(tmp_path):
-    from harness.execution.lock import results_lock
+    from harness.execution.run import results_lock
     from harness.results.records import write_text_atomic
 
     cells = tmp_path / "cells"

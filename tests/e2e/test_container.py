@@ -1,4 +1,5 @@
-"""Cells with an `image` run inside it through the docker SDK (harness/envs/container.py).
+"""Cells with an `image` run inside it through the docker SDK (harness/envs/container.py says what the
+container gets, harness/execution/container_cell.py runs it).
 
 The first tests check the container's arguments as plain data, without an engine. The slow ones run
 real cells in a locally built image on a real local engine: the one DOCKER_HOST or the default socket
@@ -23,16 +24,17 @@ from pathlib import Path
 import pytest
 
 from harness import matrix
-from harness.envs import container, localimage
+from harness.envs import container
 from harness.envs.cellenv import PROJECT_ROOT
 from harness.errors import EnvironmentMissing, InputError
-from harness.execution.run import RunOptions
+from harness.execution import container_cell
+from harness.execution.cell import RunOptions
 from harness.results.records import load_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 RESOURCES = ROOT / "tests" / "resources"
 MATRIX = RESOURCES / "matrices" / "container.toml"
-IMAGE = localimage.IMAGE
+IMAGE = container.LOCAL_IMAGE
 LABEL = "qwen35-harness.cell"
 
 
@@ -277,8 +279,8 @@ def _import(engine: Engine, ref: str, src) -> None:
 @pytest.fixture(scope="module")
 def image(engine):
     try:
-        return localimage.ensure(engine.client, IMAGE)
-    except localimage.Unavailable as exc:
+        return container.ensure_local_image(engine.client, IMAGE)
+    except container.LocalImageUnavailable as exc:
         pytest.skip(f"cannot build the test image: {exc}")
 
 
@@ -357,7 +359,8 @@ def test_a_gpu_request_the_engine_cannot_meet_fails_to_start_cleanly(engine, ima
         monkeypatch.setenv("DOCKER_HOST", engine.host)
     monkeypatch.delenv("HARNESS_IMAGE", raising=False)
     m, cell = _cell("cuda")
-    result = container.run_cell(cell, m, RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", retries=0))
+    result = container_cell.run_cell(cell, m, RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs",
+                                                         retries=0))
     check = result.checks[0]
     assert (check.status.value, check.failure_class) == ("error", "infra")
     assert "gpu" in check.message.lower(), check.message

@@ -83,7 +83,7 @@ def test_long_logs_ship_only_their_tail(tmp_path):
 
 def test_a_lost_task_keeps_the_checks_it_already_had(tmp_path):
     from harness import matrix as matrices
-    from harness.execution.run import RunOptions
+    from harness.execution.cell import RunOptions
 
     (tmp_path / "m.toml").write_text(MATRIX.replace('"misbehave"', '"stack-smoke"'))  # only its name is used
     cell = _cell()

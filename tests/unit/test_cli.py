@@ -103,27 +103,3 @@ def test_repro_never_uses_an_unchecked_id_as_a_path(tmp_path):
                    tmp_path / "envs" / "inner", cwd=tmp_path)
     assert done.returncode == 2 and "not a cell id" in done.stderr
     assert (victim / "keep").read_text() == "precious" and not (tmp_path / "envs").exists()
-
-
-@pytest.mark.parametrize(("status", "kept"), [("pass", False), ("fail", True)])
-def test_check_writes_its_work_files_to_a_temporary_directory_not_the_current_one(
-        tmp_path, monkeypatch, capsys, status, kept):
-    from harness import cli
-    from harness.results.records import CheckResult, Status
-
-    seen = []
-
-    def execute(name, options):
-        (options.work_dir / "rank0.log").write_text("work")
-        seen.append(options.work_dir)
-        return CheckResult(check=name, status=Status(status))
-
-    monkeypatch.setattr(cli.runner, "execute", execute)
-    monkeypatch.chdir(tmp_path)
-    cli.main(["check", "nested-chunking"])
-    assert list(tmp_path.iterdir()) == []
-    assert seen[0].exists() is kept
-    assert (str(seen[0]) in capsys.readouterr().err) is kept
-    if kept:
-        import shutil
-        shutil.rmtree(seen[0])

@@ -59,7 +59,7 @@ MATRIX = textwrap.dedent("""\
 
 def test_max_ranks_reaches_the_check_command(tmp_path):
     from harness import matrix
-    from harness.execution import run
+    from harness.execution import cell as run
 
     path = tmp_path / "m.toml"
     path.write_text(MATRIX.format(value=1))

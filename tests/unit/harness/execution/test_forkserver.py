@@ -212,43 +212,6 @@ def test_torch_and_transformers_are_imported_once_per_cell(tmp_path, project_env
     assert fresh.metrics["preloaded"] == []  # a fresh interpreter starts without them: the test can fail
 
 
-CELL_MATRIX = """\
-[matrix]
-name = "phases"
-checks = ["misbehave"]
-
-[axes]
-backend = ["fsdp"]
-model = ["text"]
-device = ["cpu"]
-"""
-
-
-@pytest.mark.slow
-def test_a_cell_records_its_phases_and_no_fork_runs_fresh_interpreters(tmp_path, project_env):
-    from harness.results.records import load_cell
-
-    (tmp_path / "m.toml").write_text(CELL_MATRIX)
-    argv = [sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out", str(tmp_path / "out"),
-            "--env-root", str(tmp_path / "envs"), "--no-index-check", "--no-report", "--redo"]
-    cell_file = tmp_path / "out" / "cells" / "fsdp-text.json"
-    setup_log = tmp_path / "out" / "cells" / "fsdp-text" / "logs" / "setup.log"
-    runs = {}
-    for label, extra in (("forked", []), ("fresh", ["--no-fork"])):
-        done = subprocess.run(argv + extra, cwd=ROOT, env=_env(project_env, "pass", tmp_path), capture_output=True,
-                              text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert done.stderr.count("jobs: up to 1 cells at once (") == 1  # the choice, said once
-        runs[label] = (load_cell(cell_file), setup_log.read_text())
-    forked, fresh = runs["forked"][0], runs["fresh"][0]
-    assert set(forked.phases) == {"environment", "capture", "imports"} and forked.phases["capture"] > 0
-    assert "check server ready: imported harness.cli once" in runs["forked"][1]  # no torch in this cell
-    assert fresh.phases["imports"] == 0 and "check server" not in runs["fresh"][1]
-    (a,), (b,) = forked.checks, fresh.checks
-    assert a.status is b.status is Status.PASS and a.metrics["answer"] == b.metrics["answer"] == 42
-    assert "-m harness run" in a.metrics["runner"] and "-m harness run" in b.metrics["runner"]  # not the server
-
-
 def test_a_deferred_server_starts_at_the_first_check_it_must_run(tmp_path, project_env):
     env = _env(project_env, "pass", tmp_path)
     processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT, start=False)

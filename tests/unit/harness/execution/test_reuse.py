@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.execution import reuse
-from harness.execution.loaded import EnvironmentModules, read_record
+from harness.execution.module_providers import EnvironmentModules, read_record
 from harness.results.records import CellResult, CheckResult, Status, cell_path, write_json_atomic
 
 CAPTURE = {"python": "3.11.7", "implementation": "cpython", "platform": "Linux-x86_64", "machine": "x86_64"}
@@ -233,7 +233,7 @@ def test_the_harness_revision_follows_code_and_data_not_compiled_or_hidden_files
 
 def test_a_reused_result_takes_the_known_failures_of_the_cell_that_reuses_it(tmp_path, resources):
     from harness import matrix
-    from harness.execution.run import RunOptions, _reused_or_run
+    from harness.execution.cell import RunOptions, _reused_or_run
 
     cells = {cell.axes["model"]: cell for cell in matrix.load(resources / "matrices" / "reuse_known.toml").cells}
     index = reuse.ReuseIndex(tmp_path / "out", from_disk=False)
@@ -267,7 +267,7 @@ def test_a_cell_run_in_its_container_image_gets_no_reuse_when_the_host_run_has_n
     pytest.importorskip("docker")
     from harness import matrix
     from harness.envs import container
-    from harness.execution.run import RunOptions
+    from harness.execution.cell import RunOptions
 
     m = matrix.load(Path(__file__).resolve().parents[3] / "resources" / "matrices" / "container.toml")
     opts = RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", reuse=reuse_on)

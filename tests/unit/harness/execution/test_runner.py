@@ -63,8 +63,7 @@ def test_execute_turns_memory_error_into_crash(monkeypatch):
 
 
 def test_execute_turns_qwen35_unavailable_into_skip(monkeypatch):
-    class Qwen35Unavailable(RuntimeError):
-        pass
+    from trainers.models import Qwen35Unavailable
 
     def unavailable(name, options):
         raise Qwen35Unavailable("Qwen3.5 (text) is unavailable in transformers 5.1.0: no module")
@@ -73,6 +72,17 @@ def test_execute_turns_qwen35_unavailable_into_skip(monkeypatch):
     result = runner.execute("patch-parity", CheckOptions())
     assert result.status is Status.SKIP
     assert "5.1.0" in result.message
+
+
+def test_an_exception_only_named_like_qwen35_unavailable_is_an_error(monkeypatch):
+    class Qwen35Unavailable(RuntimeError):  # not trainers.models': matched by type, not by name
+        pass
+
+    def unavailable(name, options):
+        raise Qwen35Unavailable("no Qwen3.5 here")
+
+    monkeypatch.setattr(runner.checks, "run_in_process", unavailable)
+    assert runner.execute("patch-parity", CheckOptions()).status is Status.ERROR
 
 
 def test_extra_checks_reject_names_that_are_not_module_paths():

@@ -202,7 +202,7 @@ def test_repro_rebuilds_on_the_cells_interpreter_and_exits_3_without_it(tmp_path
 def test_bisect_cells_keep_the_templates_interpreter(tmp_path):
     from packaging.version import Version
 
-    from harness.trust.bisect import cell_for
+    from harness.rerun.bisect import cell_for
 
     template = load_text(tmp_path, BASE + INCLUDE_312).cells[1]
     probe = cell_for(template, "transformers", Version("5.9.0"))

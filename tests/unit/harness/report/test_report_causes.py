@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
 
-from harness.execution.run import apply_known_failures
+from harness.execution.cell import apply_known_failures
 from harness.matrix.rules import KnownFailure, Selector
 from harness.report import build_report, support_json, to_json, to_junit, to_markdown
 from harness.report.grid import lines

@@ -144,7 +144,7 @@ def test_apply_turns_on_deterministic_algorithms(monkeypatch):
 
 
 def test_each_check_process_gets_its_devices_settings(monkeypatch, tmp_path):
-    from harness.execution.run import RunOptions, check_environment
+    from harness.execution.cell import RunOptions, check_environment
     from harness.matrix import Cell
 
     opts = RunOptions(out_dir=tmp_path)

@@ -16,8 +16,8 @@ from harness.matrix.metadata import MetadataSource
 from harness.matrix.newest import Resolver
 from harness.matrix.watch import watch
 from harness.report import write_report
+from harness.rerun.first_bad import first_bad, record, turns
 from harness.results.records import CellResult, CheckResult, Status, cell_path, write_json_atomic
-from harness.trust.first_bad import first_bad, record, turns
 
 DAY = dt.date(2026, 11, 27)
 GOOD = "def double(x):\n    return x * 2\n"
@@ -120,7 +120,7 @@ def _night(directory, version, status):
 
 
 def test_a_newest_cell_that_moved_to_a_failing_release_is_a_turn(tmp_path):
-    from harness.trust.first_bad import turns_of_newest
+    from harness.rerun.first_bad import turns_of_newest
 
     _night(tmp_path / "previous", "5.24.0", Status.PASS)
     _night(tmp_path / "tonight", "5.25.0", Status.AFFECTED)

@@ -1,10 +1,11 @@
-"""One command per cell and check that rebuilds the cell's exact environment from its recorded
-lock and reruns the check: `python -m harness repro CELL_ID --check NAME`."""
+"""`python -m harness repro CELL_ID --check NAME`: rebuild a cell's exact environment from its recorded lock
+and rerun one check in it (the report shows this command for each entry)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from shlex import quote
 
+from harness import checks
 from harness.envs import cellenv, interpreters
 from harness.errors import EnvironmentMissing, InputError
 from harness.execution import runner
@@ -12,18 +13,23 @@ from harness.matrix.axes import CELL_ID_RE
 from harness.results.records import CheckResult, load_cell
 
 
-def command(cell_id: str, check: str, results_dir: str | None = None) -> str:
-    """The repro command the report shows for one entry (quoted for a POSIX shell, as shlex.join would)."""
-    # Only the two words from the results need quoting; shlex.quote returns a plain word unchanged after one
-    # search (the report builds tens of thousands of these commands).
-    text = f"python -m harness repro {quote(cell_id)} --check {quote(check)}"
-    return f"{text} --dir {quote(results_dir)}" if results_dir else text
+def add_parser(sub) -> None:
+    rp = sub.add_parser("repro", help="rebuild a cell's exact environment from its lock and rerun one check")
+    rp.add_argument("cell")
+    rp.add_argument("--check", required=True)
+    rp.add_argument("--dir", type=Path, action="append", default=None, help="results directory (default: reports/)")
+    rp.add_argument("--env-root", type=Path, default=Path(".harness/repro-envs"))
+    rp.add_argument("--json", action="store_true")
 
 
-def cpu_side_command(matrix: str, cell_id: str) -> str:
-    """What reruns a verdict of the CPU pre-flight on a cell's exact wheels: that pre-flight again, for the cell
-    (the same install and the same CPU-only settings), not `repro`, which would run the check on its device."""
-    return f"python -m harness cpu-side {quote(f'matrices/{matrix}.toml')} --cells {quote(cell_id)}"
+def cmd_repro(args) -> int:
+    check_cell_id(args.cell)
+    if args.check not in checks.CHECKS:
+        raise InputError(f"--check: unknown check {args.check!r}; expected one of {', '.join(checks.CHECKS)}")
+    result = repro(args.cell, args.check, args.dir or [Path("reports")], args.env_root)
+    print(json.dumps(result.to_dict(), indent=1) if args.json else f"{args.cell} {result.check}: "
+          f"{result.status.value} - {result.message}")
+    return 1 if result.status.is_failure else 0
 
 
 def check_cell_id(cell_id: str) -> None:

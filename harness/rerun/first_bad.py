@@ -2,9 +2,9 @@
 made, run beside the matrix), every check that a new release turns from pass (in the cell it was crossed
 from) to fail or affected is bisected between the release the matrix names (the last good) and the new one.
 
-    python -m harness.trust.first_bad --watch WATCH.json --matrix matrices/cpu.toml --base reports/cpu \
+    python -m harness.rerun.first_bad --watch WATCH.json --matrix matrices/cpu.toml --base reports/cpu \
         --new reports/cpu-watch
-    python -m harness.trust.first_bad --matrix matrices/cpu.toml --base previous/cpu --new reports/cpu
+    python -m harness.rerun.first_bad --matrix matrices/cpu.toml --base previous/cpu --new reports/cpu
 
 WATCH.json is `matrix watch --json`'s output. Without it, the cells whose `newest` moved to a new release
 since the previous night (same cell id, another resolved release) are compared instead. Each finding (first
@@ -129,11 +129,11 @@ def record(new: Path, findings: list[dict], today: dt.date | None = None) -> Pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.execution.run import RunOptions, run_cell
+    from harness.execution.cell import RunOptions, run_cell
     from harness.matrix import load
     from harness.matrix.newest import resolve_cells
 
-    parser = argparse.ArgumentParser(prog="python -m harness.trust.first_bad", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.rerun.first_bad", description=__doc__.splitlines()[0])
     parser.add_argument("--watch", type=Path, default=None, help="`matrix watch --json` output")
     parser.add_argument("--matrix", type=Path, required=True)
     parser.add_argument("--base", type=Path, required=True,

@@ -8,17 +8,63 @@ differs from the good end's, running only O(log n) cells. Works for any package 
 from __future__ import annotations
 
 import fnmatch
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from harness import checks, matrix
 from harness.errors import InputError
 from harness.matrix import Cell, Matrix
 from harness.matrix import axes as ax
 from harness.matrix.index import PackageIndex
 from harness.results.records import CellResult
+
+
+def add_parser(sub) -> None:
+    bs = sub.add_parser("bisect", help="find the first release where a check's verdict changes")
+    bs.add_argument("--package", required=True, help="transformers, tensordict, torch, vllm, ...")
+    bs.add_argument("--good", required=True)
+    bs.add_argument("--bad", required=True)
+    bs.add_argument("--check", required=True)
+    bs.add_argument("--verdict", default=None, help="one verdict of the check, e.g. upstream")
+    bs.add_argument("--cell-template", default=None, metavar="ID")
+    bs.add_argument("--matrix", type=Path, default=Path("matrices/cpu.toml"))
+    bs.add_argument("--out", type=Path, default=None)
+    bs.add_argument("--env-root", type=Path, default=Path(os.environ.get("HARNESS_ENV_ROOT", ".harness/envs")))
+
+
+def cmd_bisect(args) -> int:
+    """Check the arguments, run the bisection's cells under the results directory's lock, write bisect.json."""
+    from harness.execution.cell import RunOptions, run_cell
+    from harness.execution.run import results_lock
+    from harness.matrix import newest
+    from harness.results.records import write_json_atomic
+
+    if args.check not in checks.CHECKS:
+        raise InputError(f"--check: unknown check {args.check!r}; expected one of {', '.join(checks.CHECKS)}")
+    check_order(args.good, args.bad)
+    check_verdict(args.check, args.verdict)
+    m = matrix.load(args.matrix)
+    out = args.out or default_out(args.package, args.good, args.bad)
+    opts = RunOptions(out_dir=out, env_root=args.env_root, checks=(args.check,))
+
+    def run_one(cell):
+        print(f"bisect: running {cell.id}", file=sys.stderr)
+        return run_cell(newest.resolve_cells(m, [cell])[0], m, opts)  # a template's other `newest` axes
+
+    with results_lock(out):
+        result = run_bisect(m, args.package, args.good, args.bad, args.check, args.verdict, args.cell_template,
+                            run_one)
+    write_json_atomic(out / "bisect.json", {"package": result.package, "check": result.check,
+                                            "first_changed": str(result.first_changed or ""),
+                                            "last_same": str(result.last_same or ""), "verdicts": result.verdicts,
+                                            "cells": result.cells})
+    print(result.summary())
+    return 0 if result.first_changed is not None else 1
 
 
 def package_axis(package: str) -> str:

@@ -1,5 +1,5 @@
-"""Every child the runner starts dies with it: after SIGKILL of the runner, no uv install and no
-environment capture runs on as an orphan (checks: tests/e2e/test_interruptions.py)."""
+"""Every child the runner starts dies with it (harness/envs/cellenv.py, die_with_parent): after SIGKILL of the
+runner, no uv install and no environment capture runs on as an orphan (checks: tests/e2e/test_interruptions.py)."""
 import os
 import signal
 import subprocess
@@ -23,7 +23,7 @@ RUNNER = textwrap.dedent("""\
             cellenv._run_logged(["sh", "-c", f"echo $$ > {pid_file}; exec sleep 120"], log, dict(os.environ))
     else:  # the environment capture of a cell
         from harness.envs.cellenv import CellEnv
-        from harness.execution.run import RunOptions, _capture
+        from harness.execution.cell import RunOptions, _capture
         _capture(CellEnv(Path(sys.argv[3])), RunOptions(out_dir=Path(sys.argv[3])))
     """)
 

