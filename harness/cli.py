@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness import checks, matrix
 from harness.envs import devices
-from harness.errors import INTERRUPTED, BaselineChanged, HarnessError, InputError, NewFailures
+from harness.errors import INTERRUPTED, HarnessError, InputError
 from harness.execution import runner
 from harness.execution.lock import results_lock
 from harness.matrix import index, newest
@@ -26,6 +26,7 @@ from harness.offline import command as offline_command
 from harness.plans import command as plan_command
 from harness.preflight import command as preflight_command
 from harness.preflight import cpuside_command
+from harness.report import command as report_command
 from harness.results.directories import directory_problem
 from harness.results.records import write_json_atomic
 
@@ -95,17 +96,7 @@ def _parser() -> argparse.ArgumentParser:
                           "unless the check fails, then kept and named)")
     chk.add_argument("--result-file", type=Path, default=None, help=argparse.SUPPRESS)
 
-    rep = sub.add_parser("report", help="render the support table of a results directory")
-    rep.add_argument("dir", type=Path)
-    rep.add_argument("--format", choices=("md", "html", "json", "junit", "support"), default=None,
-                     help="print one format to stdout instead of writing every format into DIR")
-    rep.add_argument("--previous", type=Path, default=None, metavar="OLD_DIR",
-                     help="compare with a previous results directory (e.g. a downloaded CI artifact)")
-    rep.add_argument("--fail-on-new", action="store_true", help="exit 5 when there are new failures")
-    rep.add_argument("--baseline", type=Path, default=None, metavar="FILE",
-                     help="exit 6 when a (cell, check) status differs from this committed baseline")
-    rep.add_argument("--write-baseline", type=Path, default=None, metavar="FILE",
-                     help="write DIR's (cell, check) statuses as the baseline FILE")
+    report_command.add_parser(sub)
 
     sub.add_parser("envinfo", help="print this environment's capture as JSON")
     # Inside a cell: import once, fork each check (execution/forkserver.py); not for users.
@@ -295,7 +286,7 @@ def _jobs(value: str) -> int | None:
 
 
 def _write_report(directory: Path) -> None:
-    from harness.report import write_report
+    from harness.report.pipeline import write_report
 
     for path in write_report(directory):
         print(f"wrote {path}", file=sys.stderr)
@@ -338,81 +329,6 @@ def cmd_check(args) -> int:
         for verdict in result.verdicts:
             print(f"  {verdict.name}: {verdict.status.value} - {verdict.message}")
     return 1 if result.status.is_failure else 0
-
-
-def cmd_report(args) -> int:
-    from harness.report import (
-        build_report,
-        compare_with,
-        load_results,
-        read_run_info,
-        render,
-        render_report,
-        to_json,
-    )
-    from harness.results.compare import new_failures
-
-    if args.fail_on_new and args.previous is None:
-        raise InputError("--fail-on-new needs --previous OLD_DIR")
-    expected = _read_baseline(args)  # a bad baseline is bad input (exit 2), said before anything is written
-    if args.format is None:
-        paths, changes = render_report(args.dir, previous=args.previous)
-        for path in paths:
-            print(f"wrote {path}", file=sys.stderr)
-    else:
-        cells, problems = load_results(args.dir)
-        if not cells:
-            from harness.errors import ResultsError
-
-            raise ResultsError(f"{args.dir}: no readable cell results" + (f" ({problems[0]})" if problems else ""))
-        info, info_problems = read_run_info(args.dir)
-        changes, previous_problems = compare_with(cells, args.previous) if args.previous else (None, [])
-        report = build_report(cells, title=info.get("title", ""), notes=info.get("notes", []),
-                              problems=[*problems, *info_problems, *previous_problems],
-                              changes=None if changes is None else {(c.cell_id, c.check): c.kind for c in changes})
-        print(json.dumps(to_json(report), indent=1) if args.format == "json" else render(report, args.format),
-              end="" if args.format != "json" else "\n")
-    if changes and all(change.before is None for change in changes):
-        print(f"--previous {args.previous}: shares no (cell, check) with {args.dir}; nothing was compared",
-              file=sys.stderr)
-    _baseline(args, expected)
-    fresh = new_failures(changes or [])
-    if fresh:
-        print(f"{len(fresh)} new failures: " + ", ".join(f"{c.cell_id} {c.check}" for c in fresh[:10]), file=sys.stderr)
-        if args.fail_on_new:
-            raise NewFailures(f"{len(fresh)} new failures against {args.previous}")
-    return 0
-
-
-def _read_baseline(args) -> dict | None:
-    if args.baseline is None:
-        return None
-    from harness.report import load_results
-    from harness.report.baseline import read_baseline
-
-    return read_baseline(args.baseline, {cell.matrix for cell in load_results(args.dir)[0]})
-
-
-def _baseline(args, expected: dict | None) -> None:
-    """--write-baseline, then --baseline: exit 6 naming every (cell, check) that differs."""
-    if args.baseline is None and args.write_baseline is None:
-        return
-    from harness.report import load_results
-    from harness.report.baseline import differences, write_baseline
-
-    cells, _ = load_results(args.dir)
-    if args.write_baseline is not None:
-        write_baseline(args.write_baseline, cells, f"python -m harness report {args.dir} --write-baseline "
-                                                   f"{args.write_baseline}")
-        print(f"wrote {args.write_baseline}", file=sys.stderr)
-    if args.baseline is not None:
-        found = differences(expected, cells)
-        for difference in found:
-            print(f"baseline: {difference}", file=sys.stderr)
-        if found:
-            raise BaselineChanged(f"{len(found)} verdicts differ from {args.baseline}: " + "; ".join(
-                map(str, found[:5])) + (" ..." if len(found) > 5 else "") + "; if intended, rewrite it with "
-                f"--write-baseline {args.baseline} and commit it")
 
 
 def cmd_envinfo(args) -> int:
@@ -496,9 +412,9 @@ def cmd_ci(args) -> int:
     return 0
 
 
-COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": cmd_report, "envinfo": cmd_envinfo,
-            "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect, "plan": plan_command.cmd_plan,
-            "checkserver": cmd_checkserver, "preflight": preflight_command.cmd_preflight,
+COMMANDS = {"matrix": cmd_matrix, "run": cmd_run, "check": cmd_check, "report": report_command.cmd_report,
+            "envinfo": cmd_envinfo, "ci": cmd_ci, "repro": cmd_repro, "bisect": cmd_bisect,
+            "plan": plan_command.cmd_plan, "checkserver": cmd_checkserver, "preflight": preflight_command.cmd_preflight,
             "cpu-side": cpuside_command.cmd_cpu_side,
             "wheelhouse": offline_command.cmd_wheelhouse}
 

@@ -4,7 +4,7 @@ accelerator run in that environment with the device forced to cpu.
 
 Which checks run is the registry's data (harness.checks.CheckSpec): `needs_accelerator` False runs the whole
 check, a `cpu_part` runs only that part (patch-parity's target audit), every other check is marked as awaiting a
-runner and never started. Each result is marked (harness/results/cpu_side.py) and written to DIR/cpu-side/, which
+runner and never started. Each result is marked (harness/results/sources.py) and written to DIR/cpu-side/, which
 the report shows for a cell until a runner's result in DIR/cells/ replaces it.
 
 Two things differ from the runner, both said in the row's evidence line: pip's find-links of this machine (a local
@@ -28,7 +28,7 @@ from harness.envs import cellenv, interpreters, pipconfig
 from harness.execution.progress import Progress
 from harness.execution.run import RunOptions, run_matrix
 from harness.matrix import Cell, Matrix
-from harness.results import cpu_side, install_verdict
+from harness.results import install_verdict, sources
 from harness.results.records import CellResult, CheckResult, Status, cell_path, load_cell, now, write_json_atomic
 
 from . import verdicts
@@ -52,7 +52,7 @@ class CpuSideEnv(cellenv.CellEnv):
 
 
 def plan(cell: Cell) -> dict[str, str | None]:
-    """Check -> cpu_side.RAN (run whole), PART (its cpu_part only) or AWAITS (never run here); None where the
+    """Check -> sources.RAN (run whole), PART (its cpu_part only) or AWAITS (never run here); None where the
     check does not apply to the cell's backend."""
     planned: dict[str, str | None] = {}
     for name in cell.checks:
@@ -60,14 +60,14 @@ def plan(cell: Cell) -> dict[str, str | None]:
         if cell.axes["backend"] not in spec.backends:
             planned[name] = None
         elif not spec.needs_accelerator:
-            planned[name] = cpu_side.RAN
+            planned[name] = sources.RAN
         else:
-            planned[name] = cpu_side.PART if spec.cpu_part else cpu_side.AWAITS
+            planned[name] = sources.PART if spec.cpu_part else sources.AWAITS
     return planned
 
 
 def to_run(planned: dict[str, str | None]) -> tuple[str, ...]:
-    return tuple(name for name, mark in planned.items() if mark in (cpu_side.RAN, cpu_side.PART))
+    return tuple(name for name, mark in planned.items() if mark in (sources.RAN, sources.PART))
 
 
 def kernel_builds(cell: Cell) -> dict[str, str]:
@@ -95,9 +95,9 @@ def runner_uv_env(cell: Cell) -> dict[str, str]:
 
 def evidence_line(cell: Cell, date: str) -> str:
     planned = plan(cell)
-    ran = [n for n, m in planned.items() if m == cpu_side.RAN]
-    part = [f"{n} ({checks.CHECKS[n].cpu_part})" for n, m in planned.items() if m == cpu_side.PART]
-    awaiting = [n for n, m in planned.items() if m == cpu_side.AWAITS]
+    ran = [n for n, m in planned.items() if m == sources.RAN]
+    part = [f"{n} ({checks.CHECKS[n].cpu_part})" for n, m in planned.items() if m == sources.PART]
+    awaiting = [n for n, m in planned.items() if m == sources.AWAITS]
     runner = RUNNER_WORDS.get(cell.axes["device"], "runner")
     names = {canonicalize_name(Requirement(p).name) for p in cell.requirements}
     built = sorted(name for name in SKIP_KERNEL_BUILDS if name in names)
@@ -143,19 +143,19 @@ def mark(result: CellResult, cell: Cell) -> CellResult:
         check = ran.get(name)
         if mark_of is None:
             check = check or CheckResult(name, Status.SKIP, f"not applicable to backend {cell.axes['backend']}")
-        elif mark_of == cpu_side.AWAITS or check is None:
+        elif mark_of == sources.AWAITS or check is None:
             check = CheckResult(name, Status.SKIP, f"awaits a {runner}: it needs the accelerator, so the CPU "
-                                f"pre-flight does not run it", metrics={cpu_side.KEY: cpu_side.AWAITS})
+                                f"pre-flight does not run it", metrics={sources.CPU_SIDE_KEY: sources.AWAITS})
         else:
-            check.metrics = {**check.metrics, cpu_side.KEY: mark_of}
-            check.log = _under(cpu_side.FOLDER, check.log)
+            check.metrics = {**check.metrics, sources.CPU_SIDE_KEY: mark_of}
+            check.log = _under(sources.CPU_SIDE_FOLDER, check.log)
         marked.append(check)
     result.checks = marked
     result.axes, result.tags = dict(cell.axes), list(cell.tags)
-    result.lock = _under(cpu_side.FOLDER, result.lock)
-    result.setup_log = _under(cpu_side.FOLDER, result.setup_log)
+    result.lock = _under(sources.CPU_SIDE_FOLDER, result.lock)
+    result.setup_log = _under(sources.CPU_SIDE_FOLDER, result.setup_log)
     installs = [found for found in map(install_verdict.of_check, marked) if found is not None]
-    result.environment[cpu_side.KEY] = True
+    result.environment[sources.CPU_SIDE_KEY] = True
     result.environment["preflight"] = installs[0].label if installs else verdicts.INSTALLS
     result.environment.setdefault("evidence", evidence_line(cell, (result.finished or result.started)[:10]))
     return result
@@ -164,7 +164,7 @@ def mark(result: CellResult, cell: Cell) -> CellResult:
 def run(m: Matrix, cells: list[Cell], out: Path, env_root: Path, prepare=None) -> list[CellResult]:
     """Install each cell here from its exact wheels, run its checks that need no accelerator on CPU, and write
     the marked results to out/cpu-side/cells/. `prepare`: run.py's hook (tests give their own)."""
-    folder = Path(out) / cpu_side.FOLDER
+    folder = Path(out) / sources.CPU_SIDE_FOLDER
     date = dt.date.today().isoformat()
     progress = Progress(len(cells))
     done = []

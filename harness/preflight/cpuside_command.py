@@ -12,7 +12,7 @@ from harness import matrix
 from harness.envs import pipconfig
 from harness.errors import InputError
 from harness.matrix import newest
-from harness.results import cpu_side
+from harness.results import sources
 from harness.results.directories import directory_problem
 from harness.results.records import Status
 
@@ -64,5 +64,5 @@ def cmd_cpu_side(args) -> int:
         print(f"{result.cell_id}  {result.environment.get('preflight')}: "
               + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
     print(f"CPU pre-flight of {m.path.name}: {len(done)} cells in {time.perf_counter() - start:.0f} s; wrote "
-          f"{out / cpu_side.FOLDER}", file=sys.stderr)
+          f"{out / sources.CPU_SIDE_FOLDER}", file=sys.stderr)
     return 0

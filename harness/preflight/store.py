@@ -6,7 +6,7 @@
     DIR/preflight/preflight.json              every cell's verdict, for the nightly's dispatch
 
 A runner run reads and writes only DIR/cells/, so these results never stop a cell from running; the report
-shows them for the cells that have no runner result yet (harness/report/added_rows.py).
+shows them for the cells that have no runner result yet (harness/results/sources.py reads them).
 """
 from __future__ import annotations
 
