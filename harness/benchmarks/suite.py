@@ -105,7 +105,8 @@ def bench_report(cells: int, runs: int = REPORT_RUNS) -> dict:
 
 def measure_report(cells: int) -> dict:
     """Build the report of `cells` synthetic cells and render every format `harness report` writes."""
-    from harness.report import DEFAULT_FORMATS, build_report, render
+    from harness.report.build import build_report
+    from harness.report.pipeline import DEFAULT_FORMATS, render
     from harness.report.synthetic import synthetic_cells
 
     data = synthetic_cells(cells, seed=0)

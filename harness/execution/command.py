@@ -183,7 +183,7 @@ def render(out: Path, args) -> None:
     """The report of the results directory, every format written into it (not with --no-report)."""
     if args.no_report:
         return
-    from harness.report import write_report
+    from harness.report.pipeline import write_report
 
     for path in write_report(out):
         print(f"wrote {path}", file=sys.stderr)

@@ -5,7 +5,7 @@ are those tagged `cpu-side`, or those --cells / --tags choose.
 
 Which checks run is the registry's data (harness.checks.CheckSpec): `needs_accelerator` False runs the whole
 check, a `cpu_part` runs only that part (patch-parity's target audit), every other check is marked as awaiting a
-runner and never started. Each result is marked (harness/results/cpu_side.py) and written to DIR/cpu-side/, which
+runner and never started. Each result is marked (harness/results/sources.py) and written to DIR/cpu-side/, which
 the report shows for a cell until a runner's result in DIR/cells/ replaces it.
 
 Two things differ from the runner, both said in the row's origin line: pip's find-links of this machine (a local
@@ -30,8 +30,7 @@ from harness import checks, matrix
 from harness.envs import cellenv, interpreters, pipconfig
 from harness.errors import InputError
 from harness.matrix import Cell, Matrix, newest
-from harness.results import cpu_side as cpu_marks
-from harness.results import install_verdict
+from harness.results import install_verdict, sources
 from harness.results.directories import directory_problem
 from harness.results.records import CellResult, CheckResult, Status, cell_path, load_cell, now, write_json_atomic
 
@@ -59,7 +58,7 @@ class CpuSideEnv(cellenv.CellEnv):
 
 
 def plan(cell: Cell) -> dict[str, str | None]:
-    """Check -> cpu_marks.RAN (run whole), PART (its cpu_part only) or AWAITS (never run here); None where the
+    """Check -> sources.RAN (run whole), PART (its cpu_part only) or AWAITS (never run here); None where the
     check does not apply to the cell's backend."""
     planned: dict[str, str | None] = {}
     for name in cell.checks:
@@ -67,14 +66,14 @@ def plan(cell: Cell) -> dict[str, str | None]:
         if cell.axes["backend"] not in spec.backends:
             planned[name] = None
         elif not spec.needs_accelerator:
-            planned[name] = cpu_marks.RAN
+            planned[name] = sources.RAN
         else:
-            planned[name] = cpu_marks.PART if spec.cpu_part else cpu_marks.AWAITS
+            planned[name] = sources.PART if spec.cpu_part else sources.AWAITS
     return planned
 
 
 def to_run(planned: dict[str, str | None]) -> tuple[str, ...]:
-    return tuple(name for name, mark in planned.items() if mark in (cpu_marks.RAN, cpu_marks.PART))
+    return tuple(name for name, mark in planned.items() if mark in (sources.RAN, sources.PART))
 
 
 def kernel_builds(cell: Cell) -> dict[str, str]:
@@ -103,9 +102,9 @@ def runner_uv_env(cell: Cell) -> dict[str, str]:
 def origin_line(cell: Cell, date: str) -> str:
     """Where the row's results come from, for the report: what ran here, what awaits a runner, what differs."""
     planned = plan(cell)
-    ran = [n for n, m in planned.items() if m == cpu_marks.RAN]
-    part = [f"{n} ({checks.CHECKS[n].cpu_part})" for n, m in planned.items() if m == cpu_marks.PART]
-    awaiting = [n for n, m in planned.items() if m == cpu_marks.AWAITS]
+    ran = [n for n, m in planned.items() if m == sources.RAN]
+    part = [f"{n} ({checks.CHECKS[n].cpu_part})" for n, m in planned.items() if m == sources.PART]
+    awaiting = [n for n, m in planned.items() if m == sources.AWAITS]
     runner = RUNNER_WORDS.get(cell.axes["device"], "runner")
     names = {canonicalize_name(Requirement(p).name) for p in cell.requirements}
     built = sorted(name for name in SKIP_KERNEL_BUILDS if name in names)
@@ -151,19 +150,19 @@ def mark(result: CellResult, cell: Cell) -> CellResult:
         check = ran.get(name)
         if mark_of is None:
             check = check or CheckResult(name, Status.SKIP, f"not applicable to backend {cell.axes['backend']}")
-        elif mark_of == cpu_marks.AWAITS or check is None:
+        elif mark_of == sources.AWAITS or check is None:
             check = CheckResult(name, Status.SKIP, f"awaits a {runner}: it needs the accelerator, so the CPU "
-                                f"pre-flight does not run it", metrics={cpu_marks.KEY: cpu_marks.AWAITS})
+                                f"pre-flight does not run it", metrics={sources.CPU_SIDE_KEY: sources.AWAITS})
         else:
-            check.metrics = {**check.metrics, cpu_marks.KEY: mark_of}
-            check.log = _under(cpu_marks.FOLDER, check.log)
+            check.metrics = {**check.metrics, sources.CPU_SIDE_KEY: mark_of}
+            check.log = _under(sources.CPU_SIDE_FOLDER, check.log)
         marked.append(check)
     result.checks = marked
     result.axes, result.tags = dict(cell.axes), list(cell.tags)
-    result.lock = _under(cpu_marks.FOLDER, result.lock)
-    result.setup_log = _under(cpu_marks.FOLDER, result.setup_log)
+    result.lock = _under(sources.CPU_SIDE_FOLDER, result.lock)
+    result.setup_log = _under(sources.CPU_SIDE_FOLDER, result.setup_log)
     installs = [found for found in map(install_verdict.of_check, marked) if found is not None]
-    result.environment[cpu_marks.KEY] = True
+    result.environment[sources.CPU_SIDE_KEY] = True
     result.environment["preflight"] = installs[0].label if installs else INSTALLS
     result.environment.setdefault("evidence", origin_line(cell, (result.finished or result.started)[:10]))
     return result
@@ -176,7 +175,7 @@ def run(m: Matrix, cells: list[Cell], out: Path, env_root: Path, prepare=None) -
     from harness.execution.jobs import Progress
     from harness.execution.run import run_matrix
 
-    folder = Path(out) / cpu_marks.FOLDER
+    folder = Path(out) / sources.CPU_SIDE_FOLDER
     date = dt.date.today().isoformat()
     progress = Progress(len(cells))
     done = []
@@ -240,5 +239,5 @@ def cmd_cpu_side(args) -> int:
         print(f"{result.cell_id}  {result.environment.get('preflight')}: "
               + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
     print(f"CPU pre-flight of {m.path.name}: {len(done)} cells in {time.perf_counter() - start:.0f} s; wrote "
-          f"{out / cpu_marks.FOLDER}", file=sys.stderr)
+          f"{out / sources.CPU_SIDE_FOLDER}", file=sys.stderr)
     return 0

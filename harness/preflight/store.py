@@ -6,7 +6,7 @@
     DIR/preflight/preflight.json              every cell's verdict, for the nightly's dispatch
 
 A runner run reads and writes only DIR/cells/, so these results never stop a cell from running; the report
-shows them for the cells that have no runner result yet (harness/report/added_rows.py). The nightly dispatches
+shows them for the cells that have no runner result yet (harness/results/sources.py reads them). The nightly dispatches
 accelerator jobs only for cells that can install: `installable_jobs` is its job matrix without the cells whose
 pre-flight verdict says they cannot (their pre-flight result stands in the report instead).
 """

@@ -6,9 +6,9 @@ installed (message = its install verdict: "cannot be installed together: ..." or
 runner: ..."): it did not run, so it neither passes nor fails, and a runner limit never fails a pull request.
 A failure that is a standing finding (the same in every row) stays a <failure>, its message saying so.
 pass and affected are plain testcases:
-`affected` is evidence of an upstream bug, not a failure of the trainer. Every case but a plain pass has its
+`affected` records an upstream bug, not a failure of the trainer. Every case but a plain pass has its
 message, sub-verdicts, log and lock in <system-out>. Every text goes through XML escaping;
-table.clean_text has already removed the control characters XML 1.0 cannot carry.
+safe_text.clean_text has already removed the control characters XML 1.0 cannot carry.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from harness.results.records import Status
 
-from .table import FAILING, STATUS_VALUES, Entry, Report
+from .model import FAILING, STATUS_VALUES, Entry, Report
 
 _SKIPPED = frozenset((Status.SKIP, Status.XFAIL))
 _PASS = Status.PASS  # a member looked up on the Enum class costs about 0.2 µs on Python 3.11, per case

@@ -15,21 +15,11 @@ from urllib.parse import quote
 
 from harness.results.records import Status
 
+from .model import ABSENT, EMULATED_MARK, EMULATED_NOTE, STATUS_SYMBOLS, Entry, Report, Row, entry_extras
 from .pins import known_good_stacks, pins_boxes
-from .support import KIND_LABELS, KINDS, RowVerdict, kind_counts, row_verdicts, varying_axes
-from .table import (
-    ABSENT,
-    EMULATED_MARK,
-    EMULATED_NOTE,
-    PASS_RANGE_RULE,
-    STATUS_SYMBOLS,
-    Entry,
-    Report,
-    Row,
-    clean_text,
-    entry_extras,
-    safe_url,
-)
+from .ranges import PASS_RANGE_RULE
+from .row_verdicts import KIND_LABELS, KINDS, RowVerdict, kind_counts, row_verdicts, varying_axes
+from .safe_text import clean_text, safe_url
 
 _ESCAPES = str.maketrans({
     "\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "_": "\\_", "[": "\\[", "]": "\\]", "~": "\\~",

@@ -1,11 +1,12 @@
 """The "use these pins" answer: per backend, without and with vLLM, the newest stack that passes every check.
 
-A candidate is a grid line (grid.py: one version combination on one backend and model) whose verdict is
-`works` or `works with the trainer's patches`: no check failed, errored, crashed, timed out or is a declared
-known failure, and at least one ran. "Newest" compares the engine packages first (vLLM, then megatron-core,
-Megatron-Bridge and mbridge), then transformers, torch and tensordict, then Python; an absent package is
-older than any version. The box carries the exact pins as a command to copy: a virtual environment on the
-line's Python (when the matrix pinned one), then one install of every pinned package.
+A candidate is a grid line (row_verdicts.lines: one version combination on one backend and model) whose
+verdict is `works` or `works with the trainer's patches`: no check failed, errored, crashed, timed out or is a
+declared known failure, and at least one ran. "Newest" is order.newness_key: the engine packages first (vLLM,
+then megatron-core, Megatron-Bridge and mbridge), then transformers, torch and tensordict, then Python; an
+absent package is older than any version. The box carries the exact pins as a command to copy: a virtual
+environment on the line's Python (when the matrix pinned one), then one install of every pinned package.
+The first screen of report.html draws the boxes (html/first_screen.py), report.md lists them (markdown.py).
 """
 from __future__ import annotations
 
@@ -13,17 +14,13 @@ import shlex
 from collections import Counter
 from dataclasses import dataclass, field
 
-from packaging.version import InvalidVersion, Version
-
 from harness.matrix.axes import PACKAGE_AXES, PYTHON_AXIS, VLLM_AXES
 
-from .grid import Line, lines
-from .support import KIND_LABELS, KINDS
-from .table import Report
+from .model import Report
+from .order import newness_key
+from .row_verdicts import KIND_LABELS, KINDS, Line, lines
 
 PASSING_KINDS = ("works", "patched")
-NEWEST_FIRST = (*VLLM_AXES, "megatron_core", "megatron_bridge", "mbridge", "transformers", "torch", "torch_npu",
-                "tensordict", PYTHON_AXIS)
 BACKEND_TITLES = {"fsdp": "FSDP", "megatron": "Megatron"}
 
 
@@ -57,18 +54,9 @@ class PinsBox:
         return install
 
 
-def _version(value: str) -> tuple:
-    if not value:
-        return (0,)
-    try:
-        return (2, Version(value))
-    except InvalidVersion:
-        return (1, value)
-
-
 def _newness(report: Report, line: Line) -> tuple:
     axes = dict(zip(report.axes, report.rows[line.row].axes))
-    return (tuple(_version(axes.get(axis, "")) for axis in NEWEST_FIRST),
+    return (newness_key(axes),
             axes.get("mode", "") in ("", "sync"),  # among equal versions, the plain loop
             -line.row)
 

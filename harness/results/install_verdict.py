@@ -24,7 +24,7 @@ CONFLICT, RUNNER = "conflict", "runner"
 LABELS = {CONFLICT: "cannot be installed together", RUNNER: "not installable on this runner"}
 FAILURE_CLASS = {CONFLICT: "install-conflict", RUNNER: "install-runner"}
 KIND_OF_CLASS = {value: key for key, value in FAILURE_CLASS.items()}
-RESOLVER_LIMIT = 4000  # characters of resolver output kept as evidence
+RESOLVER_LIMIT = 4000  # characters of resolver output kept with the verdict
 
 _UNSATISFIABLE = ("No solution found", "requirements are unsatisfiable", "ResolutionImpossible",
                   "conflicting dependencies")
@@ -50,7 +50,7 @@ class InstallVerdict:
     kind: str  # CONFLICT or RUNNER
     reason: str  # one line: the conflicting requirement, or what the runner lacks
     remedy: str = ""  # runner: what would make it install
-    resolver: str = ""  # the resolver's own output (its end), as evidence
+    resolver: str = ""  # the resolver's own output (its end), what the verdict was read from
 
     @property
     def label(self) -> str:
@@ -171,18 +171,18 @@ def runner_constraint(text: str, constraint_files: list[str]) -> InstallVerdict 
     return None
 
 
-# What a check's message started with when its cell could not be set up, before install verdicts existed.
-_LEGACY = ("the pins cannot be installed together: ", "environment setup failed: ")
+# How a set-up failure's message starts in a result that carries no install verdict: the verdict is read from it.
+_UNCLASSIFIED = ("the pins cannot be installed together: ", "environment setup failed: ")
 
 
 def of_check(check) -> InstallVerdict | None:
-    """The install verdict a check result carries (a CheckResult): from its metrics, or read again from the
-    resolver output in the message of a result recorded before install verdicts existed."""
+    """The install verdict a check result carries (a CheckResult): from its metrics, or, for a result that carries
+    none, read from the resolver output in its message."""
     if getattr(check.status, "value", check.status) != "error":
         return None
     found = InstallVerdict.from_dict((check.metrics or {}).get("install"))
     if found is not None or check.failure_class in KIND_OF_CLASS:
         return found
-    if check.failure_class in ("test", "infra") and check.message.startswith(_LEGACY):
+    if check.failure_class in ("test", "infra") and check.message.startswith(_UNCLASSIFIED):
         return classify(check.message)
     return None

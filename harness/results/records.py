@@ -1,4 +1,4 @@
-"""Result records: one `Status` enum, one `CheckResult`, one `CellResult`, and atomic writes.
+"""Result records: one `Status` enum, one `CheckResult`, one `CellResult` with its `Source`, and atomic writes.
 
 Everything the harness reports is built from these records; the JSON files under a report
 directory are their `to_dict()` form, tagged with `SCHEMA_VERSION`.
@@ -35,7 +35,7 @@ def now() -> str:
 class Status(str, enum.Enum):  # noqa: UP042 - StrEnum would change str(Status.X), which messages use
     PASS = "pass"
     FAIL = "fail"
-    AFFECTED = "affected"  # a known upstream bug reproduced: evidence, not a harness failure
+    AFFECTED = "affected"  # a known upstream bug reproduced: recorded, not a harness failure
     SKIP = "skip"
     XFAIL = "xfail"  # failed, and declared as a known failure in the matrix file
     TIMEOUT = "timeout"
@@ -46,6 +46,15 @@ class Status(str, enum.Enum):  # noqa: UP042 - StrEnum would change str(Status.X
     def is_failure(self) -> bool:
         """True where a person must act: the check found a problem or did not finish."""
         return self in (Status.FAIL, Status.TIMEOUT, Status.CRASH, Status.ERROR)
+
+
+class Source(str, enum.Enum):  # noqa: UP042 - as Status
+    """Who wrote a cell result; each source has its folder under a report directory (sources.py)."""
+
+    RUNNER = "runner"  # a runner of the matrix
+    PREFLIGHT = "preflight"  # the CPU pre-flight: an install verdict and lock, no check run
+    CPU_SIDE = "cpu-side"  # the CPU-side run on the cell's exact wheels: the checks that need no accelerator
+    OFFLINE_BOX = "offline-box"  # an air-gapped box's accelerator evidence run (`run --here`)
 
 
 # install-conflict and install-runner: the cell's environment could not be installed (install_verdict.py).
@@ -167,6 +176,9 @@ class CellResult:
     # Seconds per phase: environment (build and lock), capture (environment capture), imports (the
     # check server's one import of the heavy packages; 0 when the checks ran in fresh interpreters).
     phases: dict[str, float] = field(default_factory=dict)
+    # Stamped by sources.load_results: the file's own, else its folder's. Written only when set: the writers
+    # leave it out, and the folder they write to says it.
+    source: Source | None = None
 
     def check(self, name: str) -> CheckResult | None:
         return next((c for c in self.checks if c.check == name), None)
@@ -174,6 +186,10 @@ class CellResult:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["checks"] = [c.to_dict() for c in self.checks]
+        if self.source is None:
+            del data["source"]
+        else:
+            data["source"] = self.source.value
         return {"schema_version": SCHEMA_VERSION, **data}
 
     @classmethod
@@ -194,6 +210,7 @@ class CellResult:
             finished=str(data.get("finished", "")),
             duration=float(data.get("duration", 0.0)),
             phases={str(k): float(v) for k, v in dict(data.get("phases") or {}).items()},
+            source=Source(data["source"]) if data.get("source") else None,
         )
 
 

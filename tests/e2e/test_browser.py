@@ -16,11 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from cpu_like_cells import cpu_like_cells
 from report_helpers import expand_shared_plot_parts
 
-from harness.report import build_report, to_html, write_report
+from harness.report.build import build_report
+from harness.report.html.page import to_html
+from harness.report.pipeline import write_report
 from harness.report.synthetic import HOSTILE_TITLE, hostile_cells, synthetic_cells
-from harness.report.synthetic_cpu import cpu_like_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -12,8 +12,8 @@ runtime started before the fork does not work in the child (`fork_safe`).
 A torchrun job (`torchrun_command`, `start_torchrun`, `wait_torchrun`, `stop_torchrun`), for accelerators and
 where forking is unsafe, runs in a session of its own, so stopping it (a timeout) kills its ranks too, not only
 the launcher, which they would outlive; and it gets SIGTERM when the check's process dies, on which torchrun
-stops its ranks. The harness's own helper (envs.cellenv.die_with_parent) sends SIGKILL instead, which torchrun cannot pass on
-to its ranks.
+stops its ranks. The harness's own helper (envs.cellenv.die_with_parent) sends SIGKILL instead, which torchrun
+cannot pass on to its ranks.
 """
 from __future__ import annotations
 

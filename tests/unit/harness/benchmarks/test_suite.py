@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from harness.benchmarks import suite
-from harness.report import DEFAULT_FORMATS
+from harness.report.pipeline import DEFAULT_FORMATS
 
 
 def test_the_report_benchmark_times_and_sizes_every_format_without_torch(monkeypatch):

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from harness.checks import vllm_chat_parity
-from harness.report import build_report, to_html
+from harness.report.build import build_report
+from harness.report.html.page import to_html
 from harness.results.records import CellResult, CheckResult, Status
 
 

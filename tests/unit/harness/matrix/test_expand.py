@@ -2,31 +2,12 @@
 import datetime as dt
 import subprocess
 import sys
-import textwrap
 
 import pytest
+from matrix_helpers import VALID, load_text
 
 from harness import matrix
 from harness.errors import InputError
-
-VALID = textwrap.dedent("""\
-    [matrix]
-    name = "t"
-    checks = ["stack-smoke"]
-
-    [axes]
-    transformers = ["5.3.0"]
-    torch = ["2.13.0"]
-    backend = ["fsdp"]
-    model = ["text"]
-    device = ["cpu"]
-    """)
-
-
-def load_text(tmp_path, text):
-    path = tmp_path / "m.toml"
-    path.write_text(text)
-    return matrix.load(path)
 
 
 def test_expansion_is_the_product_minus_excludes_plus_includes(resources):

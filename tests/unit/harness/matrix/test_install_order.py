@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import matrix as matrices
-from harness.report import build_report, to_html
+from harness.report.build import build_report
+from harness.report.html.page import to_html
 from harness.results.records import CellResult, CheckResult, Status
 
 ROOT = Path(__file__).resolve().parents[4]

@@ -9,8 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_expand import VALID as BASE  # a one-cell fsdp matrix: transformers 5.3.0, torch 2.13.0
-from test_expand import load_text
+from matrix_helpers import VALID as BASE  # a one-cell fsdp matrix: transformers 5.3.0, torch 2.13.0
+from matrix_helpers import load_text
 
 from harness.envs import cellenv, interpreters
 from harness.errors import InputError

@@ -150,7 +150,8 @@ def test_a_row_whose_source_cannot_be_reached_reads_not_installable_never_broken
 
 
 def test_the_report_shows_a_git_source_row_beside_release_rows():
-    from harness.report import build_report, to_html
+    from harness.report.build import build_report
+    from harness.report.html.page import to_html
     from harness.results.records import CellResult, CheckResult
 
     axes = {"backend": "megatron", "model": "text", "transformers": "5.23.0", "megatron_core": "0.16.1"}

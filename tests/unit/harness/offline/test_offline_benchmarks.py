@@ -103,12 +103,12 @@ def test_a_cpu_dry_run_is_not_gpu_evidence(tmp_path):
 
 
 def test_json_text_without_orjson_is_the_same_data(monkeypatch):
-    from harness.report import jsontext
+    from harness.report import json_files
 
     data = {"cell": "fsdp-text", "why": "caf\u00e9 \u2705 \U0001f600", "n": [1, 2.5, None, True], "nested": {"a": []}}
-    with_orjson = jsontext.json_text(data)
-    monkeypatch.setattr(jsontext, "orjson", None)
-    without = jsontext.json_text(data)
+    with_orjson = json_files.json_text(data)
+    monkeypatch.setattr(json_files, "orjson", None)
+    without = json_files.json_text(data)
     assert json.loads(without) == json.loads(with_orjson) == data
     assert without.isascii() and without.endswith("\n") and "\n" not in without[:-1]
 

@@ -14,9 +14,11 @@ from wheel_helpers import offline_index, wheel
 from harness import checks, cli, matrix
 from harness.checks import CheckSpec
 from harness.preflight import cpu_side as cpuside
-from harness.report import build_report, load_results, render
-from harness.results import cpu_side
+from harness.report.build import build_report
+from harness.report.pipeline import render
+from harness.results import sources
 from harness.results.records import CellResult, CheckResult, Status, write_json_atomic
+from harness.results.sources import load_results
 
 RESOURCES = Path(__file__).resolve().parents[3] / "resources" / "checks"
 MATRIX = """
@@ -63,10 +65,10 @@ def test_the_registry_decides_what_runs_on_cpu():
     cell = next(c for c in matrix.load(Path("matrices/cuda.toml")).select(tags=["cpu-side"]))
     planned = cpuside.plan(cell)
     assert planned["bridge-parity"] is None  # not on this backend
-    assert {name for name, mark in planned.items() if mark == cpu_side.RAN} == {
+    assert {name for name, mark in planned.items() if mark == sources.RAN} == {
         "nested-chunking", "vllm-chat-parity", "launch-plans"}
-    assert planned["patch-parity"] == cpu_side.PART
-    assert {name for name, mark in planned.items() if mark == cpu_side.AWAITS} == {
+    assert planned["patch-parity"] == sources.PART
+    assert {name for name, mark in planned.items() if mark == sources.AWAITS} == {
         "stack-smoke", "offload-regression", "grpo-convergence", "vllm-rollout"}
     # The slice: one cell per vLLM release, chosen by the matrix's tag.
     releases = [c.axes["vllm"] for c in matrix.load(Path("matrices/cuda.toml")).select(tags=["cpu-side"])]
@@ -96,11 +98,12 @@ def test_only_checks_that_need_no_accelerator_run_and_each_is_marked(mini, tmp_p
                for s in started)
     by_name = {c.check: c for c in result.checks}
     assert [c.check for c in result.checks] == ["cpu-probe", "gpu-probe", "part-probe", "bridge-parity"]
-    assert by_name["cpu-probe"].status is Status.PASS and by_name["cpu-probe"].metrics[cpu_side.KEY] == cpu_side.RAN
-    assert by_name["part-probe"].metrics[cpu_side.KEY] == cpu_side.PART
+    assert by_name["cpu-probe"].status is Status.PASS
+    assert by_name["cpu-probe"].metrics[sources.CPU_SIDE_KEY] == sources.RAN
+    assert by_name["part-probe"].metrics[sources.CPU_SIDE_KEY] == sources.PART
     assert by_name["gpu-probe"].status is Status.SKIP and "awaits a GPU runner" in by_name["gpu-probe"].message
-    assert by_name["gpu-probe"].metrics[cpu_side.KEY] == cpu_side.AWAITS
-    assert cpu_side.KEY not in by_name["bridge-parity"].metrics  # not applicable: no mark
+    assert by_name["gpu-probe"].metrics[sources.CPU_SIDE_KEY] == sources.AWAITS
+    assert sources.CPU_SIDE_KEY not in by_name["bridge-parity"].metrics  # not applicable: no mark
     # The accelerator cell's own axes, links relative to the report directory, the origin said in the row.
     assert result.axes["device"] == "cuda" and result.environment["cpu_side"] is True
     assert result.lock == f"cpu-side/cells/{CELL}/lock.txt" and (out / result.lock).is_file()
@@ -112,7 +115,7 @@ def test_only_checks_that_need_no_accelerator_run_and_each_is_marked(mini, tmp_p
 def _cpu_side_row(out: Path) -> None:
     cell = next(c for c in matrix.load(Path("matrices/cuda.toml")).select(tags=["cpu-side"]))
     ran = [CheckResult(name, Status.FAIL if name == "vllm-chat-parity" else Status.PASS, f"{name} <ran>")
-           for name, mark in cpuside.plan(cell).items() if mark in (cpu_side.RAN, cpu_side.PART)]
+           for name, mark in cpuside.plan(cell).items() if mark in (sources.RAN, sources.PART)]
     result = cpuside.mark(CellResult("cuda", cell.id, {**cell.axes, "device": "cpu"}, list(cell.tags), checks=ran,
                                      finished="2026-11-27T12:00:00+00:00", lock=f"cells/{cell.id}/lock.txt"), cell)
     write_json_atomic(out / "cpu-side" / "cells" / f"{cell.id}.json", result.to_dict())

@@ -11,8 +11,9 @@ from wheel_helpers import offline_index, sdist, wheel
 from harness import cli
 from harness.preflight import resolve as verdicts
 from harness.preflight.store import installable_jobs
-from harness.report import build_report, load_results
+from harness.report.build import build_report
 from harness.results.records import CellResult, CheckResult, Status, write_json_atomic
+from harness.results.sources import load_results
 
 MATRIX = """
 [matrix]
@@ -91,7 +92,7 @@ def test_the_report_shows_them_marked_until_a_runner_result_replaces_them(prefli
     assert all(e.status is Status.ERROR and e.failure_class == "install-conflict" and e.install.kind == "conflict"
                for e in conflict.entries.values())
     # Each row's verdict names its true cause: never "broken" (no check ran) nor "not tested" (it awaits a runner).
-    from harness.report.support import row_verdict
+    from harness.report.row_verdicts import row_verdict
 
     kinds = {cid: row_verdict(report.columns, r) for r in report.rows for cid in r.cells}
     assert kinds[CONFLICT].kind == "conflict" and kinds[CONFLICT].reason.startswith("cannot be installed together")

@@ -1,6 +1,5 @@
-"""What the report says, pinned: every format rendered from fixed results is compared with what the
-renderers wrote before they were made faster and smaller, so a change made for speed or size cannot
-change what a person or a tool reads.
+"""What the report says, pinned: every format rendered from fixed results is compared with goldens, so a
+change made for speed or size cannot change what a person or a tool reads.
 
 Inputs: the result files of a real run of tests/resources/matrices/browser.toml (tests/resources/report-run)
 and synthetic cells (every status, sub-verdicts, known failures, changes, plots and hostile text).
@@ -22,7 +21,9 @@ from types import SimpleNamespace
 import pytest
 from report_helpers import shown
 
-from harness.report import build_report, render, synthetic, table, write_report
+from harness.report import order, synthetic
+from harness.report.build import build_report
+from harness.report.pipeline import render, write_report
 from harness.report.synthetic import HOSTILE_TITLE, hostile_cells, synthetic_cells
 
 RESOURCES = Path(__file__).resolve().parents[3] / "resources"
@@ -41,7 +42,7 @@ CHECKS_THEN = {"stack-smoke": ("fsdp", "megatron"), "patch-parity": ("fsdp",), "
 def checks_then(monkeypatch):
     registry = {name: SimpleNamespace(backends=backends) for name, backends in CHECKS_THEN.items()}
     monkeypatch.setattr(synthetic, "CHECKS", registry)
-    monkeypatch.setattr(table, "CHECKS", registry)
+    monkeypatch.setattr(order, "CHECKS", registry)
 def comparable(fmt: str, text: str):
     if fmt in ("json", "support"):
         return json.loads(text)

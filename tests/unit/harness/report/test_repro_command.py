@@ -3,7 +3,7 @@ import shlex
 
 import pytest
 
-from harness.report.table import repro_command as command
+from harness.report.build import repro_command as command
 
 HOSTILE = ["cell with spaces", "x;rm -rf ~", "$(touch pwned)", "it's", "`id`", "a\"b", "", "-leading-dash"]
 

@@ -15,7 +15,7 @@ from harness.matrix.index import PackageIndex
 from harness.matrix.metadata import MetadataSource
 from harness.matrix.newest import Resolver
 from harness.matrix.watch import watch
-from harness.report import write_report
+from harness.report.pipeline import write_report
 from harness.rerun.first_bad import first_bad, record, turns
 from harness.results.records import CellResult, CheckResult, Status, cell_path, write_json_atomic
 

@@ -107,7 +107,8 @@ def test_the_request_is_what_an_openai_client_sends():
 
 
 def test_the_report_shows_a_rendering_mismatch_with_its_difference_and_both_texts(tok, tmp_path):
-    from harness.report import build_report, to_html
+    from harness.report.build import build_report
+    from harness.report.html.page import to_html
     from harness.results.records import CellResult, CheckResult
 
     Renderer = stand_in_renderer(tok)
