@@ -13,7 +13,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.results.records import CheckResult
+from harness.results.records import CheckResult, Status
+
+from .support import verl
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,9 @@ class CheckSpec:
     # The part of a check that needs an accelerator that still needs none, run CPU-side when PART_VARIABLE is
     # set (the check itself returns only that part); "" for none.
     cpu_part: str = ""
+    # In a row that installs verl (the `verl` axis): what of verl's own code the check runs, named in its
+    # `verl:` verdicts (support/verl.py); "" where verl has no counterpart, which the report says.
+    verl: str = ""
 
 
 CHECKS: dict[str, CheckSpec] = {
@@ -114,5 +119,12 @@ def load(name: str):
 
 
 def run_in_process(name: str, options: CheckOptions) -> CheckResult:
-    """Run one check here and now; the caller turns exceptions into a status (see runner)."""
-    return load(name).run(options)
+    """Run one check here and now; the caller turns exceptions into a status (see runner). A verdict named for
+    verl that did not run the installed verl's code becomes a failure (support/verl.py)."""
+    result = load(name).run(options)
+    if isinstance(result, CheckResult) and any(v.name.startswith(verl.PREFIX) for v in result.verdicts):
+        result.verdicts = [verl.attributed(v) for v in result.verdicts]
+        if any(v.status is Status.FAIL for v in result.verdicts) and not result.status.is_failure:
+            result.status = Status.FAIL
+            result.message = "a verdict named for verl did not run verl's code; " + result.message
+    return result

@@ -1,1 +1,2 @@
-"""What several checks share: how they start ranks (`ranks`: forked or torchrun), and the in-process vLLM engine."""
+"""What several checks share: how they start ranks (`ranks`: forked or torchrun), the in-process vLLM engine, and
+verl's own code as a check's trainer side in rows that install verl (`verl`)."""

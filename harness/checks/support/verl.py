@@ -1,0 +1,172 @@
+"""verl's own code as the trainer side of a check, in a row that installs verl (the `verl` axis).
+
+A check with a verl counterpart calls verl's functions from the installed release and names each such verdict
+`verl:<part>` (`verdict`), recording in its metrics["verl"] the release, verl's declared range for the row's
+packages, and the qualified names of the verl functions it ran. `attributed`, applied by the registry to every
+result (harness/checks/__init__.py), turns a verdict named for verl into a failure when what it records was not
+loaded from the installed verl: a verdict named for verl that this project's code produced must fail, as the
+Megatron-Bridge guard does for its bridges.
+
+Nothing here imports verl at module level: the harness imports this module in environments without it.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+from collections.abc import Callable, Iterable
+from importlib.metadata import PackageNotFoundError, distribution, requires, version
+from pathlib import Path
+from typing import Any
+
+from harness.results.records import Status, Verdict
+
+PREFIX = "verl:"
+# The packages whose releases a verl row crosses, and whose bounds verl declares in its base requirements.
+RANGE_PACKAGES = ("transformers", "tensordict", "torch", "numpy")
+
+
+def installed() -> str | None:
+    """The installed verl release, None where verl is absent."""
+    try:
+        return version("verl")
+    except PackageNotFoundError:
+        return None
+
+
+def declared(dist: str) -> str | None:
+    """verl's own requirement specifier on `dist` (base requirements: no extra, no marker), None if it sets none."""
+    from packaging.requirements import Requirement
+
+    try:
+        lines = requires("verl") or []
+    except PackageNotFoundError:
+        return None
+    for line in lines:
+        req = Requirement(line)
+        if req.name == dist and req.marker is None:
+            return str(req.specifier) or None
+    return None
+
+
+def range_status() -> dict[str, dict[str, Any]]:
+    """For each package verl bounds: its declared specifier, the installed release and whether it is inside."""
+    from packaging.specifiers import SpecifierSet
+
+    status = {}
+    for dist in RANGE_PACKAGES:
+        spec = declared(dist)
+        if spec is None:
+            continue
+        try:
+            have = version(dist)
+        except PackageNotFoundError:
+            have = None
+        status[dist] = {"declared": spec, "installed": have,
+                        "inside": None if have is None else SpecifierSet(spec).contains(have, prereleases=True)}
+    return status
+
+
+def outside_range(status: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """The row's packages outside verl's declared range, as "transformers 5.23.0 (verl 0.9.1 declares >=5.5.3,...)"."""
+    status = range_status() if status is None else status
+    return [f"{dist} {entry['installed']} (verl {installed()} declares {entry['declared']})"
+            for dist, entry in status.items() if entry["inside"] is False]
+
+
+def qualname(function: Callable[..., Any]) -> str:
+    """module.qualname of a function, class or method: what a verl verdict records it ran."""
+    target = getattr(function, "__func__", function)
+    return f"{target.__module__}.{target.__qualname__}"
+
+
+def verdict(part: str, status: Status, message: str, ran: Iterable[Callable[..., Any]],
+            metrics: dict[str, Any] | None = None, emulated: bool = False) -> Verdict:
+    """A verdict named `verl:<part>`, recording the verl functions it ran and where the row stands against verl's
+    declared range (an outside row says so in the message: the reader tells an unsupported stack from a break)."""
+    status_of_range = range_status()
+    names = [qualname(fn) for fn in ran]
+    outside = outside_range(status_of_range)
+    text = f"verl {installed()}: {message}"
+    if outside:
+        text += "; outside verl's declared range: " + ", ".join(outside)
+    return Verdict(PREFIX + part, status, text, emulated=emulated,
+                   metrics={**(metrics or {}), "verl": {"release": installed(), "ran": names,
+                                                         "range": status_of_range}})
+
+
+def _verl_root() -> Path | None:
+    try:
+        return Path(distribution("verl").locate_file("verl")).resolve()
+    except PackageNotFoundError:
+        return None
+
+
+def _loaded_from(name: str) -> Path | None:
+    """The file the object `module.qualname` was defined in, resolved through the module that holds it."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:cut])
+        module = sys.modules.get(module_name)
+        if module is None:
+            with contextlib.suppress(Exception):
+                module = importlib.import_module(module_name)
+        if module is None:
+            continue
+        target: Any = module
+        try:
+            for attribute in parts[cut:]:
+                target = getattr(target, attribute)
+        except AttributeError:
+            return None
+        defined_in = sys.modules.get(getattr(target, "__module__", module_name) or module_name, module)
+        path = getattr(defined_in, "__file__", None)
+        return Path(path).resolve() if path else None
+    return None
+
+
+def attributed(result_verdict: Verdict) -> Verdict:
+    """The verdict itself, or a failure where one named for verl records no function of the installed verl."""
+    if not result_verdict.name.startswith(PREFIX):
+        return result_verdict
+    root = _verl_root()
+    ran = (result_verdict.metrics.get("verl") or {}).get("ran") or []
+    foreign = [name for name in ran if root is None or not name.startswith("verl.")
+               or (path := _loaded_from(name)) is None or root not in path.parents]
+    if root is not None and ran and not foreign:
+        return result_verdict
+    why = ("verl is not installed" if root is None else "it records no verl function" if not ran
+           else f"it ran {', '.join(foreign)}, not the installed verl's code")
+    return Verdict(result_verdict.name, Status.FAIL, f"named for verl but {why} (its result was: "
+                   f"{result_verdict.message})", metrics=result_verdict.metrics, emulated=result_verdict.emulated)
+
+
+def use_cpu_platform() -> str:
+    """Name a CPU device for verl on a machine without an accelerator, through verl's own extension point.
+
+    verl 0.9's platform registry (verl.plugin.platform) falls back to its CUDA platform when it finds no
+    accelerator, whose current device is torch.cuda.current_device(): that raises on a CPU torch. Registering a
+    platform is how verl takes new hardware; nothing in verl is changed. verl releases without the registry
+    already answer "cpu" there. Returns what was done, for the verdicts' metrics."""
+    import torch
+
+    try:
+        from verl.plugin.platform import PlatformBase, PlatformRegistry, set_platform
+    except ImportError:
+        return "verl without a platform registry: its device helpers answer cpu"
+
+    answers = {"device_name": "cpu", "vendor_name": "cpu", "device_module": torch.cpu, "is_available": True,
+               "current_device": "cpu", "device_count": 1, "communication_backend_name": "gloo",
+               "visible_devices_envvar": "CUDA_VISIBLE_DEVICES", "ray_resource_name": "CPU", "ray_noset_envvars": [],
+               "is_ipc_supported": False, "get_device_capability": (None, None)}
+    names = {name: answers.get(name) for name in PlatformBase.__abstractmethods__}
+    namespace = {name: property(lambda self, _v=value: _v) if isinstance(getattr(PlatformBase, name, None), property)
+                 else (lambda self, *args, _v=value, **kwargs: _v) for name, value in names.items()}
+    # The profiler's range marker is a context manager; seeding is torch's own.
+    namespace["nvtx_range"] = lambda self, *args, **kwargs: contextlib.nullcontext()
+    namespace["manual_seed"] = namespace["manual_seed_all"] = lambda self, seed: torch.manual_seed(seed)
+    CpuPlatform = type("CpuPlatform", (PlatformBase,), namespace)
+
+    PlatformRegistry.register(platform="cpu")(CpuPlatform)
+    set_platform(CpuPlatform())
+    return "a CPU platform registered through verl.plugin.platform (verl has none of its own)"

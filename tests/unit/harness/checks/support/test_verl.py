@@ -1,0 +1,104 @@
+"""A verdict named for verl must have run the installed verl's code: the guard, against a stand-in verl release
+installed into a temporary folder (its own dist-info and package), so it runs where verl is absent too."""
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from harness import checks
+from harness.checks.support import verl
+from harness.results.records import CheckResult, Status
+
+
+@pytest.fixture
+def fake_verl(tmp_path, monkeypatch):
+    """A release `verl 9.9.0` declaring transformers<5.11 and tensordict<=0.10.0, with one function."""
+    site = tmp_path / "site"
+    (site / "verl").mkdir(parents=True)
+    (site / "verl" / "__init__.py").write_text("")
+    (site / "verl" / "core_algos.py").write_text("def advantage(x):\n    return x\n")
+    info = site / "verl-9.9.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(textwrap.dedent("""\
+        Metadata-Version: 2.1
+        Name: verl
+        Version: 9.9.0
+        Requires-Dist: transformers<5.11,>=5.5.3
+        Requires-Dist: tensordict<=0.10.0
+        Requires-Dist: vllm==0.24.0; extra == "vllm"
+        """))
+    (info / "RECORD").write_text("")
+    monkeypatch.syspath_prepend(str(site))
+    for name in [m for m in sys.modules if m == "verl" or m.startswith("verl.")]:
+        monkeypatch.delitem(sys.modules, name)
+    yield site
+
+
+def test_the_release_and_its_declared_range_are_read_from_the_installed_metadata(fake_verl, monkeypatch):
+    assert verl.installed() == "9.9.0"
+    assert verl.declared("transformers") == "<5.11,>=5.5.3"
+    assert verl.declared("vllm") is None  # only an extra names it: not the base requirement
+    versions = {"verl": "9.9.0", "transformers": "5.23.0", "tensordict": "0.10.0"}
+
+    def installed_release(dist):
+        if dist not in versions:
+            raise verl.PackageNotFoundError(dist)
+        return versions[dist]
+
+    monkeypatch.setattr(verl, "version", installed_release)
+    status = verl.range_status()
+    assert status["transformers"]["inside"] is False and status["tensordict"]["inside"] is True
+    assert verl.outside_range(status) == ["transformers 5.23.0 (verl 9.9.0 declares <5.11,>=5.5.3)"]
+
+
+def test_a_verdict_that_ran_verls_function_stands(fake_verl):
+    from verl.core_algos import advantage
+
+    made = verl.verdict("grpo-math", Status.PASS, "equal", [advantage])
+    assert made.name == "verl:grpo-math" and made.metrics["verl"]["ran"] == ["verl.core_algos.advantage"]
+    assert verl.attributed(made).status is Status.PASS
+
+
+def _project_advantage(x):
+    return x
+
+
+@pytest.mark.parametrize("ran, why", [
+    ([_project_advantage], "not the installed verl's code"),   # this project's code under a verl name
+    ([len], "not the installed verl's code"),
+    ([], "records no verl function"),
+])
+def test_a_verdict_named_for_verl_that_verl_did_not_produce_fails(fake_verl, ran, why):
+    made = verl.verdict("grpo-math", Status.PASS, "equal", ran)
+    checked = verl.attributed(made)
+    assert checked.status is Status.FAIL and why in checked.message
+
+
+def test_a_function_renamed_into_verls_namespace_is_still_caught(fake_verl):
+    _project_advantage.__module__ = "verl.core_algos"  # claims verl's module, but is not defined in its file
+    try:
+        made = verl.verdict("grpo-math", Status.PASS, "equal", [_project_advantage])
+        assert verl.attributed(made).status is Status.FAIL
+    finally:
+        _project_advantage.__module__ = __name__
+
+
+def test_without_verl_every_verl_verdict_fails(monkeypatch):
+    monkeypatch.setattr(verl, "_verl_root", lambda: None)
+    made = verl.verdict("x", Status.PASS, "ok", [len])
+    assert "verl is not installed" in verl.attributed(made).message
+
+
+def test_the_registry_applies_the_guard_to_every_check(fake_verl, monkeypatch):
+    class Borrowed:
+        @staticmethod
+        def run(options):
+            return CheckResult("borrowed", Status.PASS, "ok",
+                               verdicts=[verl.verdict("part", Status.PASS, "ok", [_project_advantage])])
+
+    monkeypatch.setitem(checks.CHECKS, "borrowed", checks.CheckSpec("borrowed", "borrowed_module", "test"))
+    monkeypatch.setattr(checks, "load", lambda name: Borrowed)
+    result = checks.run_in_process("borrowed", checks.CheckOptions())
+    assert result.status is Status.FAIL and result.verdicts[0].status is Status.FAIL
