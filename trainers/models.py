@@ -1,15 +1,19 @@
 """The tiny Qwen3.5 model zoo: text, vision-language and MoE models built from configs.
 
 Nothing is downloaded. Every config can be overridden from a JSON file, and a local
-checkpoint directory loads real weights (used on accelerator runners).
+checkpoint directory loads real weights (used on accelerator runners). An override's keys must be ones the
+installed transformers' config class has or ones a released Qwen3.5 config carries (plans/models/released-keys.toml,
+with its sources): any other key is refused, naming it, so a typo never tests the default model in silence.
 """
 from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import importlib
 import json
 import math
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +83,11 @@ _ZOO = {
     "vl": ("qwen3_5", "Qwen3_5Config", "Qwen3_5ForConditionalGeneration", _VL),
     "moe": ("qwen3_5_moe", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", _MOE),
 }
+
+
+# The keys of the released configs, per model type (data, with sources), and the model type of each zoo kind.
+RELEASED_KEYS = Path(__file__).resolve().parents[1] / "plans" / "models" / "released-keys.toml"
+MODEL_TYPES = {"text": "qwen3_5_text", "vl": "qwen3_5", "moe": "qwen3_5_moe_text"}
 
 
 class Qwen35Unavailable(TrainerUnavailable):
@@ -166,31 +175,55 @@ def _bad_number(table: dict, sizes: set[str], prefix: str = "") -> str | None:
     return None
 
 
-def unknown_key(override: dict, known: dict, prefix: str = "") -> str | None:
-    """The first key of `override` (nested tables included) that is a mistake: a table the config does not
-    have (a vision-language config given for the text model), or a near-miss of a key it has (a typo).
-    Other extra keys pass, as Hugging Face configs keep them: published Qwen3.5 configs carry some the
-    class does not define (`mamba_ssm_dtype`, which vLLM reads to size its state cache)."""
+@functools.cache
+def _released_tables() -> dict[str, Any]:
+    return tomllib.loads(RELEASED_KEYS.read_text(encoding="utf-8"))
+
+
+def released_keys(model_type: str) -> dict[str, Any]:
+    """The keys a released config of `model_type` carries, as a tree: key -> None, or its table's keys."""
+    table = _released_tables()[model_type]
+    tree: dict[str, Any] = dict.fromkeys(table["keys"])
+    for name, value in table.items():
+        if name not in ("keys", "sources"):
+            tree[name] = released_keys(value) if isinstance(value, str) else dict.fromkeys(value)
+    return tree
+
+
+def unknown_key(override: dict, known: dict, released: dict, prefix: str = "") -> str | None:
+    """The first key of `override` (nested tables included) that neither the config class has (`known`: its
+    to_dict()) nor a released Qwen3.5 config carries (`released`: released_keys), as a dotted path."""
     for key, value in override.items():
-        if key not in known:
-            if isinstance(value, dict):
-                return prefix + key
-            if difflib.get_close_matches(key, list(known), n=1, cutoff=0.85):
-                return prefix + key
-            continue
-        if isinstance(value, dict) and isinstance(known[key], dict):
-            inner = unknown_key(value, known[key], f"{prefix}{key}.")
+        if key not in known and key not in released:
+            return prefix + str(key)
+        if isinstance(value, dict):
+            inner = unknown_key(value, known.get(key) if isinstance(known.get(key), dict) else {},
+                                released.get(key) or {}, f"{prefix}{key}.")
             if inner:
                 return inner
     return None
 
 
+def _near(path: str, known: dict, released: dict) -> str:
+    """' (did you mean X?)' for a key close to one of the same table's keys, else ''."""
+    *tables, key = path.split(".")
+    for table in tables:
+        known = known.get(table) if isinstance(known.get(table), dict) else {}
+        released = released.get(table) or {}
+    close = difflib.get_close_matches(key, [*known, *released], n=1, cutoff=0.8)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def check_override(kind: str, override: dict, where: str) -> None:
-    """An override fits the `kind` config: every key known to it, and the config class takes the values.
-    A vision-language config given for the text model is named here, not deep inside transformers."""
-    unknown = unknown_key(override, build_config(kind).to_dict())
+    """An override fits the `kind` config: every key one its config class has or a released config of its model
+    type carries, and the config class takes the values. A vision-language config given for the text model is
+    named here, not deep inside transformers."""
+    known, released = build_config(kind).to_dict(), released_keys(MODEL_TYPES[kind])
+    unknown = unknown_key(override, known, released)
     if unknown:
-        raise TrainerInputError(f"{where}: unknown key {unknown!r} for a {kind} Qwen3.5 config")
+        raise TrainerInputError(f"{where}: unknown key {unknown!r} for a {kind} Qwen3.5 config: neither transformers' "
+                                f"{_ZOO[kind][1]} nor a released {MODEL_TYPES[kind]} config has it"
+                                + _near(unknown, known, released))
     try:
         build_config(kind, override)
     except Exception as exc:  # noqa: BLE001 - whatever the config class refuses, said in one line

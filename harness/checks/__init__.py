@@ -7,6 +7,7 @@ May import: harness.errors, harness.results, harness.plans (and, inside a cell's
 """
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import os
 import re
@@ -70,6 +71,26 @@ CHECKS: dict[str, CheckSpec] = {
                   "path, token for token", timeout=300, needs_accelerator=False),
     )
 }
+
+
+# The verdicts each built-in check gives (patterns: some carry a patch, family or engine name), so that a verdict
+# named elsewhere (`bisect --verdict`, a matrix's [[standing]]) that none of them matches is refused before anything
+# runs. A check not listed here (an extra check) may give any.
+VERDICTS: dict[str, tuple[str, ...]] = {
+    "stack-smoke": (),
+    "patch-parity": ("patched-vs-stock:*", "packed-vs-unpacked:*", "packed-stock-upstream*", "fused-logprob:*",
+                     "rollout-vs-trainer:*", "target-audit:*"),
+    "offload-regression": ("upstream", "trainer", "upstream/*", "trainer/*"),
+    "nested-chunking": ("*/*",),
+    "bridge-parity": ("*-tp[0-9]*", "*-ep[0-9]*", "packed-gdn"),
+    "grpo-convergence": ("threshold", "gain", "band"),
+    "vllm-chat-parity": ("tool-calls", "tool-calls-malformed", "chat-rendering"),
+}
+
+
+def gives_verdict(check: str, verdict: str) -> bool:
+    """Whether `check` can give a verdict named `verdict` (any name for a check not in VERDICTS)."""
+    return check not in VERDICTS or any(fnmatch.fnmatchcase(verdict, pattern) for pattern in VERDICTS[check])
 
 
 def _extra_checks(spec: str) -> dict[str, CheckSpec]:

@@ -56,9 +56,10 @@ def check_directory(option: str, path: Path) -> None:
 
 
 def _check_model_config(path: Path, kind: str) -> None:
-    """A --model-config must be a JSON object of keys the model's config has, finite, with sizes >= 1: a typo
-    would otherwise test the default model in silence. The trainers' own reading (trainers.models) decides;
-    the keys are checked where this environment has Qwen3.5."""
+    """A --model-config must be a JSON object of keys the model's config class has or a released Qwen3.5 config
+    carries (plans/models/released-keys.toml), finite, with sizes >= 1: any other key would otherwise test the
+    default model in silence. The trainers' own reading (trainers.models) decides; the keys are checked where this
+    environment has Qwen3.5."""
     if not path.is_file():
         raise InputError(f"--model-config: {path} is not a file")
     from trainers.models import Qwen35Unavailable, check_override, read_override

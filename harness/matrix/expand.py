@@ -17,21 +17,23 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from harness.checks import CHECKS
+from harness.checks import CHECKS, VERDICTS, gives_verdict
 from harness.errors import InputError
 
 from . import axes as ax
 from . import derived, sources, symbols
 from .recipe import InstallRecipe, RecipeError
 from .recipe import parse as parse_recipe
-from .rules import KnownFailure, Note, RuleError, Selector, TagRule
+from .rules import KnownFailure, Note, RuleError, Selector, StandingRule, TagRule
 
-TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "runners", "known_failures", "notes"}
+TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "runners", "known_failures", "notes", "standing"}
 BENCHMARK_RE = re.compile(r"^[a-z][a-z0-9-]{0,40}$")
 MATRIX_KEYS = {"name", "description", "checks", "timeout", "runner", "python", "memory_limit_mb", "offline",
                "max_ranks", "benchmarks"}
 RULE_KEYS = {"tags": {"tag", "when"}, "runners": {"label", "when"},
-             "known_failures": {"check", "verdict", "when", "reason", "link", "expires"}, "notes": {"text", "when"}}
+             "known_failures": {"check", "verdict", "when", "reason", "link", "expires"}, "notes": {"text", "when"},
+             "standing": {"check", "verdict", "ours", "upstream", "when"}}
+NAME_LIMIT = 200  # a [[standing]] rule's `ours` and `upstream`: a name, shown in the report
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,9 @@ class Matrix:
     cells: list[Cell]
     notes: list[Note] = field(default_factory=list)
     known_failures: list[KnownFailure] = field(default_factory=list)  # all of them: resolved cells match again
+    # The comparisons against a named upstream component ([[standing]]): the only failures the report may state
+    # once as standing findings (harness/report/standing_findings.py)
+    standing: list[StandingRule] = field(default_factory=list)
     # An air-gapped box's matrix: run there with `run --here --wheelhouse`, never dispatched as nightly cells
     offline: bool = False
     benchmarks: tuple[str, ...] = ()  # an offline run's benchmarks (harness.offline.benchmarks), after its rows
@@ -343,6 +348,7 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         raise ld.error("matrix.runner", "expected a runner label of letters, digits, '.', '_' or '-'")
 
     known = [_known_failure(ld, entry, i, combos, checks) for i, entry in enumerate(ld.rules(data, "known_failures"))]
+    standing = [_standing(ld, entry, i, combos, checks) for i, entry in enumerate(ld.rules(data, "standing"))]
     notes = []
     for i, entry in enumerate(ld.rules(data, "notes")):
         if not isinstance(entry.get("text"), str) or not entry["text"].strip():
@@ -362,7 +368,8 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
                           tuple(k for k in known if k.when.matches(axes)), runner, extras,
                           axes.get(ax.PYTHON_AXIS), recipe, max_ranks=max_ranks))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
-                  default_runner, meta.get("python"), memory, cells, notes, known, offline, tuple(benchmarks))
+                  default_runner, meta.get("python"), memory, cells, notes, known, standing, offline,
+                  tuple(benchmarks))
 
 
 def _expand(ld: _Loader, products: list[tuple[dict, tuple]]) -> tuple[dict[str, dict[str, str]], dict[str, tuple]]:
@@ -437,3 +444,30 @@ def _known_failure(ld: _Loader, entry: dict, i: int, combos: dict[str, dict[str,
     if not any(selector.matches(a) for a in combos.values()):
         raise ld.error(where, f"matches no cell ({selector.describe()})")
     return KnownFailure(entry["check"], selector, entry["reason"].strip(), link, expires, verdict)
+
+
+def _standing(ld: _Loader, entry: dict, i: int, combos: dict[str, dict[str, str]], checks: list[str]) -> StandingRule:
+    """A [[standing]] rule: a verdict of a check this matrix runs, what it compares and the upstream component it
+    compares against (both named), and an optional `when` that must match a cell."""
+    where = f"standing[{i}]"
+    for key in ("check", "verdict", "ours", "upstream"):
+        if key not in entry:
+            raise ld.error(f"{where}.{key}", "missing; a standing rule needs check, verdict, ours and upstream")
+    check, verdict = entry["check"], entry["verdict"]
+    if check not in CHECKS:
+        raise ld.error(f"{where}.check", f"unknown check {check!r}; expected one of {', '.join(CHECKS)}")
+    if check not in checks:
+        raise ld.error(f"{where}.check", f"check {check!r} is not run by this matrix "
+                                         f"(matrix.checks: {', '.join(checks)})")
+    if not isinstance(verdict, str) or not verdict or not gives_verdict(check, verdict):
+        given = ", ".join(VERDICTS.get(check, ())) or "none (it gives no sub-verdict)"
+        raise ld.error(f"{where}.verdict", f"{check} gives no verdict {verdict!r}; its verdicts: {given}")
+    for key in ("ours", "upstream"):
+        value = entry[key]
+        if not isinstance(value, str) or not value.strip() or len(value) > NAME_LIMIT or not value.isprintable():
+            raise ld.error(f"{where}.{key}", f"expected a name of at most {NAME_LIMIT} printable characters, such as "
+                                             "\"vLLM's qwen3_coder tool parser\"")
+    selector = ld.selector(entry["when"], f"{where}.when") if "when" in entry else None
+    if selector is not None and not any(selector.matches(a) for a in combos.values()):
+        raise ld.error(where, f"matches no cell ({selector.describe()})")
+    return StandingRule(check, verdict, entry["ours"].strip(), entry["upstream"].strip(), selector)

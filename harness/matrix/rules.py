@@ -114,3 +114,20 @@ class Note:
     text: str
     when: Selector | None = None
     cells: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StandingRule:
+    """A [[standing]] declaration: verdict `verdict` of `check` compares `ours` (what this project runs, or the
+    trainer it follows) against `upstream`, a named upstream component. Only a failure of such a verdict can be a
+    standing finding in the report (harness/report/standing_findings.py): a difference with upstream that no row
+    can fix, stated once with its cases. `when`: the cells it covers (None: every cell of the matrix)."""
+
+    check: str
+    verdict: str
+    ours: str
+    upstream: str
+    when: Selector | None = None
+
+    def covers(self, check: str, verdict: str, axes: dict[str, str]) -> bool:
+        return check == self.check and verdict == self.verdict and (self.when is None or self.when.matches(axes))

@@ -1,4 +1,5 @@
-"""The compatibility report, generated only from the result files of a report directory.
+"""The compatibility report, generated only from the result files of a report directory (and the [[standing]]
+rules of the matrix files its cells name: which comparisons are against a named upstream component).
 
     DIR/cells/<cell-id>.json   one CellResult per cell (logs and lock files under DIR/cells/<cell-id>/), and
                                beside DIR/cells the offline box's, CPU-side and pre-flight results of the cells

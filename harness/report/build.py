@@ -22,13 +22,13 @@ from harness.results.install_verdict import of_check
 from harness.results.records import CellResult, CheckResult, Status, did_not_run
 from harness.results.sources import AWAITS, CPU_SIDE_KEY, CPU_SIDE_LABELS, cpu_side_origin
 
-from .failure_text import INSTALL_MESSAGE_LIMIT, findings, is_install_failure
+from .failure_text import INSTALL_MESSAGE_LIMIT, findings, is_install_failure, raised_here
 from .html.plots import convergence_series
 from .model import COLUMN_AXES, PACKAGE_AXES, ROW_AXES, Column, Entry, Report, Row, VerdictEntry
 from .order import column_order, version_key
 from .ranges import pass_ranges
 from .safe_text import MESSAGE_LIMIT, PLAIN_LINK, Cleaned, clean_text, safe_link
-from .standing_findings import standing_findings
+from .standing_findings import Declarations, standing_findings
 
 
 def repro_command(cell_id: str, check: str, results_dir: str | None = None) -> str:
@@ -117,8 +117,10 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
     repro = "" if check.status in _NO_REPRO and not flaky else \
         cpu_side_command(cell.matrix, cell_id) if origin is not None else repro_command(cell_id, column.check)
     series = convergence_series([metrics, *(v.metrics for v in check.verdicts)]) if has_curve else None
+    # Where this project's own code raised a failure, the harness is its cause, not the stack.
+    cause = raised_here(metrics.get("traceback"), message) if install is None and check.status.is_failure else None
     rare = (not plain_log or verdicts or rejected or emulated or series or repro or flaky or attempts
-            or original is not None or known or failure_class or check.reused_from or install or origin)
+            or original is not None or known or failure_class or check.reused_from or install or origin or cause)
     # An install failure keeps the resolver's reason whole (it is one line, and comes after uv's command).
     shown = clean_text(message, INSTALL_MESSAGE_LIMIT) if is_install_failure(message) else messages[message]
     return Entry(
@@ -126,6 +128,7 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
         verdicts, emulated, _known_failure(known) if known else None, original,
         series, clean_text(failure_class, 20) if failure_class else None, flaky, attempts, None, repro,
         reused_mark(check.reused_from) if check.reused_from else None, not rare, install, origin=origin,
+        raised_here=clean_text(cause, 200) if cause else "",
     )
 
 
@@ -158,14 +161,16 @@ def _environment(cell: CellResult, cleaned: Cleaned) -> dict[str, str]:
 
 def build_report(cells: Iterable[CellResult], *, title: str = "", notes: Iterable[str] = (),
                  problems: Iterable[str] = (), changes: dict[tuple[str, str], str] | None = None,
-                 last_known_good: Iterable[str] = ()) -> Report:
-    """The support table of `cells`; the same cells always give the same report."""
+                 last_known_good: Iterable[str] = (), declarations: Declarations | None = None) -> Report:
+    """The support table of `cells`; the same cells (and the same [[standing]] `declarations` of their
+    matrices, standing_findings.py) always give the same report."""
     with gc_paused():
-        return _build_report(cells, title, notes, problems, changes, last_known_good)
+        return _build_report(cells, title, notes, problems, changes, last_known_good, declarations)
 
 
 def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str], problems: Iterable[str],
-                  changes: dict[tuple[str, str], str] | None, last_known_good: Iterable[str]) -> Report:
+                  changes: dict[tuple[str, str], str] | None, last_known_good: Iterable[str],
+                  declarations: Declarations | None) -> Report:
     problems = [clean_text(p, 400) for p in problems]
     cells = sorted(cells, key=lambda c: (c.cell_id, c.finished))
     present = set().union(*(c.axes for c in cells))
@@ -185,7 +190,8 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
             chosen[key] = cell
         kept = sorted(chosen.items(), key=lambda kc: kc[1].cell_id)
 
-    findings, standing, beyond = standing_findings(kept)
+    found = standing_findings(kept, declarations)
+    standing, beyond, everywhere = found.covered, found.beyond, found.everywhere
     names: dict[tuple[str, str], set[str]] = {}
     for (_, backend, model), cell in kept:
         names.setdefault((backend, model), set()).update([check.check for check in cell.checks])
@@ -226,6 +232,8 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
                 entry.standing, entry.plain = True, False
             if (cell.cell_id, check.check) in beyond:
                 entry.beyond_standing, entry.plain = clean_text(beyond[(cell.cell_id, check.check)], 400), False
+            if everywhere and (cell.cell_id, check.check) in everywhere:
+                entry.everywhere, entry.plain = True, False
             if entry.install is not None:
                 not_installed[entry.install.label] += 1
             else:
@@ -248,10 +256,10 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
         change_counts = dict(Counter(e.change or "new entry" for row in row_list for e in row.entries.values()))
     return Report(
         title=clean_text(title or "Qwen3.5 RL-stack compatibility report", 200), axes=axes, columns=columns,
-        rows=row_list, ranges=pass_ranges([cell for _, cell in kept], [a for a in PACKAGE_AXES if a in axes], standing),
+        rows=row_list, ranges=pass_ranges([cell for _, cell in kept], [a for a in PACKAGE_AXES if a in axes]),
         summary={s.value: counts[s] for s in Status},
         notes=[clean_text(n, 1000) for n in notes if str(n).strip()], problems=problems,
         cell_count=len(kept), has_emulated=has_emulated, changes=change_counts,
         last_known_good=[clean_text(line, 400) for line in last_known_good],
-        standing=findings, not_installed=dict(not_installed),
+        standing=found.findings, not_installed=dict(not_installed),
     )

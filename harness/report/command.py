@@ -33,21 +33,27 @@ def add_parser(sub) -> None:
                      help="exit 6 when a (cell, check) status differs from this committed baseline")
     rep.add_argument("--write-baseline", type=Path, default=None, metavar="FILE",
                      help="write DIR's (cell, check) statuses as the baseline FILE")
+    rep.add_argument("--matrices", type=Path, default=None, metavar="MATRICES_DIR",
+                     help="where the cells' matrix files are, for their [[standing]] rules (default: this "
+                          "checkout's matrices/)")
 
 
 def cmd_report(args) -> int:
     from .json_files import to_json
-    from .pipeline import build_from_dir, render, render_report
+    from .pipeline import MATRICES, build_from_dir, render, render_report
 
     if args.fail_on_new and args.previous is None:
         raise InputError("--fail-on-new needs --previous OLD_DIR")
+    if args.matrices is not None and not args.matrices.is_dir():
+        raise InputError(f"--matrices: {args.matrices} is not a directory")
+    matrices = args.matrices or MATRICES
     expected = _read_baseline(args)  # a bad baseline is bad input (exit 2), said before anything is written
     if args.format is None:
-        paths, changes = render_report(args.dir, previous=args.previous)
+        paths, changes = render_report(args.dir, previous=args.previous, matrices=matrices)
         for path in paths:
             print(f"wrote {path}", file=sys.stderr)
     else:
-        report, changes = build_from_dir(args.dir, previous=args.previous, save_history=False)
+        report, changes = build_from_dir(args.dir, previous=args.previous, save_history=False, matrices=matrices)
         print(json.dumps(to_json(report), indent=1) if args.format == "json" else render(report, args.format),
               end="" if args.format != "json" else "\n")
     if changes and all(change.before is None for change in changes):

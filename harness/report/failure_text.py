@@ -1,14 +1,18 @@
-"""Two kinds of failure text the report shows in a form of its own: install failures and parser findings.
+"""Failure text the report reads or shows in a form of its own: install failures, parser findings, and where a
+traceback was raised.
 
 An install failure's entry holds its install verdict's line (harness/results/install_verdict.py), and the
 resolver's own output behind it; `install_reason` gives that one line (a raw set-up failure without a verdict
 is classified by the same code), and the message is kept longer than others. A parser or template verdict
 (vllm-chat-parity) records each disagreement as {"case", <side>: <output>, <side>: <output>}; `findings`
-keeps those pairs so the page can show both outputs side by side.
+keeps those pairs so the page can show both outputs side by side. `raised_here` names the file of this project
+(harness/ or trainers/) whose frame raised the exception a traceback ends in, where it is one: the harness is then
+the cause, not the stack under test.
 """
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -65,3 +69,24 @@ def findings(metrics: dict[str, Any], clean: Callable[[Any, int], str]) -> tuple
                           for key, value in item.items() if key != "case")
             kept.append(Finding(clean(item.get("case", "?"), 80), sides))
     return tuple(kept)
+
+
+_FRAME = re.compile(r'File "(?P<path>[^"\n]+)", line (?P<line>\d+)')
+PROJECT_PACKAGES = ("harness", "trainers")
+_INSTALLED = ("site-packages/", "dist-packages/")
+
+
+def raised_here(*texts: Any) -> str | None:
+    """"trainers/fsdp/engine.py, line 12" when the last frame of the last traceback in `texts` (a check's recorded
+    traceback, a crash's log tail) is in this project's harness/ or trainers/ code; None otherwise. An installed
+    package's file (site-packages) never counts, whatever its folders are called."""
+    frames = [m for text in texts if isinstance(text, str) for m in _FRAME.finditer(text)]
+    if not frames:
+        return None
+    path, line = frames[-1].group("path").replace("\\", "/"), frames[-1].group("line")
+    parts = path.split("/")
+    # The last such folder: a checkout may itself sit in a folder called harness.
+    top = max((i for i, part in enumerate(parts[:-1]) if part in PROJECT_PACKAGES), default=None)
+    if top is None or not path.endswith(".py") or any(part in path for part in _INSTALLED):
+        return None
+    return f"{'/'.join(parts[top:])}, line {line}"

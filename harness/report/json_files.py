@@ -24,9 +24,13 @@ from .row_verdicts import RowVerdict, kind_counts, row_verdicts, varying_axes
 from .safe_text import clean_text
 from .standing_findings import StandingFinding
 
-REPORT_SCHEMA_VERSION = 1
+# 2: a standing finding's cases under "cases" (not "evidence"), with "ours" and "upstream"; entries' "everywhere"
+# and "raised_here"
+REPORT_SCHEMA_VERSION = 2
 SUPPORT_SCHEMA = "qwen35-support-summary"
-SUPPORT_SCHEMA_VERSION = 3  # 2: install and standing kinds, standing_findings; 3: the awaits kind
+# 2: install and standing kinds, standing_findings; 3: the awaits kind; 4: a standing finding's cases under
+# "cases" (not "evidence": that word is the offline box's evidence run's), with "ours" and "upstream"
+SUPPORT_SCHEMA_VERSION = 4
 _VALUE = STATUS_VALUES
 
 
@@ -34,7 +38,8 @@ def _finding_json(finding: StandingFinding) -> dict[str, Any]:
     """A finding as report.json and support.json give it, each text one safe line."""
     return {"backend": finding.backend, "model": finding.model, "check": finding.check, "verdict": finding.verdict,
             "status": finding.status, "message": clean_text(finding.message, 1000), "cells": finding.cells,
-            "evidence": [{k: clean_text(v, 600) for k, v in case.items()} for case in finding.evidence]}
+            "ours": clean_text(finding.ours, 200), "upstream": clean_text(finding.upstream, 200),
+            "cases": [{k: clean_text(v, 600) for k, v in case.items()} for case in finding.cases]}
 
 
 def _entry_json(column: int, entry) -> dict[str, Any]:
@@ -76,6 +81,10 @@ def _entry_json(column: int, entry) -> dict[str, Any]:
                            "remedy": clean_text(verdict.remedy, 400)}
     if entry.standing:
         data["standing"] = True
+    if entry.everywhere:
+        data["everywhere"] = True
+    if entry.raised_here:
+        data["raised_here"] = entry.raised_here
     return data
 
 
@@ -85,7 +94,9 @@ def to_json(report: Report) -> dict[str, Any]:
     Each row's entries carry column (an index into columns), cell_id, status, message, duration, log and
     lock (null when absent or unsafe); verdicts, rejected_links, known_failure, original_status, emulated,
     plot, reused_from (the cell a reused result came from), install (its cell could not be installed: verdict,
-    label, reason, remedy) and standing (its failures are standing findings) appear only when set.
+    label, reason, remedy), standing (its failures are standing findings), everywhere (it fails the same way in
+    every row, no standing finding) and raised_here (this project's file that raised its failure) appear only
+    when set.
     """
     with gc_paused():
         return _to_json(report)
@@ -123,7 +134,8 @@ def support_json(report: Report, verdicts: list[RowVerdict] | None = None) -> di
      "columns": [{"key": "backend/model/check", "backend", "model", "check"}], "counts": {kind: n},
      "combinations": [{"axes": {axis: value} (varying axes, "" when absent), "verdict": kind, "label", "reason",
      "cells": [cell id...], "checks": {column key: status}}],
-     "standing_findings": [{"backend", "model", "check", "verdict", "status", "message", "cells", "evidence"}]}
+     "standing_findings": [{"backend", "model", "check", "verdict", "status", "message", "cells", "ours",
+     "upstream", "cases"}]}
     A check whose cell could not be installed has status "cannot be installed together" or "not installable on
     this runner" in "checks", not "error".
     """

@@ -4,7 +4,8 @@ fail, error, crash and timeout become <failure> (type = the status, message = th
 and xfail become <skipped> (an xfail names its known failure), and so does a check whose cell could not be
 installed (message = its install verdict: "cannot be installed together: ..." or "not installable on this
 runner: ..."): it did not run, so it neither passes nor fails, and a runner limit never fails a pull request.
-A failure that is a standing finding (the same in every row) stays a <failure>, its message saying so.
+A failure that is a standing finding (the same in every row) stays a <failure>, its message saying so, as do
+one the same in every row that is none ("broken in every row") and one this project's code raised.
 pass and affected are plain testcases:
 `affected` records an upstream bug, not a failure of the trainer. Every case but a plain pass has its
 message, sub-verdicts, log and lock in <system-out>. Every text goes through XML escaping;
@@ -51,6 +52,10 @@ def _testcase(entry: Entry, head: str, quoted: _Quoted) -> str:
     elif status in FAILING:
         detail = _xml_text(f"repro: {entry.repro}") if entry.repro else ""
         message = f"standing finding, the same in every row: {entry.message}" if entry.standing else entry.message
+        if entry.everywhere:
+            message = f"broken in every row: {message}"
+        if entry.raised_here:
+            message = f"raised in this project's code at {entry.raised_here}: {message}"
         body = f"<failure type=\"{value}\" message={quoted[message]}>{detail}</failure>"
     elif status in _SKIPPED:
         kf = entry.known_failure

@@ -20,6 +20,7 @@ from .pins import known_good_stacks, pins_boxes
 from .ranges import PASS_RANGE_RULE
 from .row_verdicts import KIND_LABELS, KINDS, RowVerdict, kind_counts, row_verdicts, varying_axes
 from .safe_text import clean_text, safe_url
+from .standing_findings import STANDING_INTRO
 
 _ESCAPES = str.maketrans({
     "\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "_": "\\_", "[": "\\[", "]": "\\]", "~": "\\~",
@@ -124,7 +125,7 @@ def _pins_lines(report: Report) -> list[str]:
             none = box.none_passes[0].lower() + box.none_passes[1:]
             lines.append(f"- **{md_text(box.title)}**: {none} (by verdict: {md_text(box.by_verdict)})")
         else:
-            lines.append(f"- **{md_text(box.title)}** (newest of {box.tested} tested stacks that pass every check): "
+            lines.append(f"- **{md_text(box.title)}** ({md_text(box.chosen)}): "
                          + md_text(box.command.replace("\n", " && ")))
     return ["## Use these pins", "", *lines, ""] if lines else []
 
@@ -176,18 +177,17 @@ def standing_lines(report: Report) -> list[str]:
     """The standing findings, each once, with its cases side by side (a table per finding)."""
     if not report.standing:
         return []
-    lines = ["", "## Standing findings", "", "The same result in every cell that runs the check, so no row's own: "
-             "stated once here, not as a broken row, and not blamed on any version in the passing ranges.", ""]
+    lines = ["", "## Standing findings", "", STANDING_INTRO, ""]
     for finding in report.standing:
         where = f"{finding.backend} · {finding.model} · {finding.label}"
         lines += [f"- **{md_text(where)}** ({finding.status}, in all {len(finding.cells)} cells that ran it): "
-                  + md_text(clean_text(finding.message, 1000))]
-        if finding.evidence:
-            sides = [k for k in finding.evidence[0] if k != "case"]
+                  + md_text(clean_text(finding.compared, 500)) + ". " + md_text(clean_text(finding.message, 1000))]
+        if finding.cases:
+            sides = [k for k in finding.cases[0] if k != "case"]
             lines += ["", "  | case | " + " | ".join(md_text(s) for s in sides) + " |",
                       "  |---|" + "---|" * len(sides)]
             lines += ["  | " + " | ".join(md_text(clean_text(case.get(k, ""), 400)) for k in ["case", *sides]) + " |"
-                      for case in finding.evidence]
+                      for case in finding.cases]
             lines.append("")
     return lines
 

@@ -97,11 +97,17 @@ class Entry:
     standing: bool = False  # its only failures are standing findings (Report.standing), shown once
     origin: str | None = None  # "from CPU pre-flight" or "awaits a runner" (results/sources.py); None: a runner's
     beyond_standing: str = ""  # the cases it fails beyond the standing findings ("sub-verdict: case, ...")
+    everywhere: bool = False  # it fails the same way in every row that runs the check, and is no standing finding
+    raised_here: str = ""  # its failure was raised in this project's code: "trainers/x.py, line 12" (the harness's)
 
 
 def entry_extras(entry: Entry) -> list[str]:
     """Plain-text remarks shown after an entry by every renderer (each escapes them)."""
     extras = [entry.origin] if entry.origin else []
+    if entry.everywhere:
+        extras.append("broken in every row")
+    if entry.raised_here:
+        extras.append(f"raised in this project's code at {entry.raised_here}")
     if entry.change in ("new failure", "fixed"):
         extras.append(entry.change.upper())
     if entry.flaky:

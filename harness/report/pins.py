@@ -33,6 +33,23 @@ class PinsBox:
     python: str
     other: list[tuple[str, str]]  # the line's other axes (device, mode, image): not installed, but part of it
     verdicts: list[tuple[str, int]] = field(default_factory=list)  # (verdict label, lines), the report's order
+    passing: int = 0  # lines of this kind that pass every check (works, or works with the trainer's patches)
+
+    @property
+    def chosen(self) -> str:
+        """Which of the tested stacks the box holds, each count saying what it counts: 'the one of the 3 tested
+        stacks that passes every check', 'the newest of the 2 stacks that pass every check (of 3 tested)'."""
+        patches = " with the trainer's patches" if self.line is not None and self.line.verdict.kind != "works" \
+            else ""
+        if self.tested == 1:
+            return f"the one tested stack, which passes every check{patches}"
+        if self.passing == 1:
+            return f"the one of the {self.tested} tested stacks that passes every check{patches}"
+        if self.passing == self.tested:
+            return f"the newest of the {self.tested} tested stacks, which all pass every check" + (
+                f"; this one{patches}" if patches else "")
+        return (f"the newest of the {self.passing} stacks that pass every check (of {self.tested} tested)"
+                + (f"; this one{patches}" if patches else ""))
 
     @property
     def none_passes(self) -> str:
@@ -95,7 +112,8 @@ def pins_boxes(report: Report) -> list[PinsBox]:
                     other.append((axis, value))
         counts = Counter(ln.verdict.kind for ln in members)
         verdicts = [(KIND_LABELS[kind], counts[kind]) for kind in KINDS if counts[kind]]
-        boxes.append(PinsBox(_title(backend, with_vllm, device), best, len(members), pins, python, other, verdicts))
+        boxes.append(PinsBox(_title(backend, with_vllm, device), best, len(members), pins, python, other, verdicts,
+                             len(passing)))
     return boxes
 
 

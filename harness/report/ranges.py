@@ -17,23 +17,28 @@ from .order import version_key
 from .safe_text import clean_text
 
 PASS_RANGE_RULE = ("Per package, the versions in which every check passed: the largest set of versions, axis by axis, "
-                   "within which every tested combination passes (pass, affected, xfail and skip do not count as "
-                   "failing; fail, error, crash and timeout do, and so do pins that cannot be installed together; "
-                   "a standing finding, the same in every row, is not tied to any version and does not count, and "
-                   "a combination this runner could not install gives no evidence either way). Versions are left "
+                   "within which every tested combination passes (pass, affected and skip do not count as failing; "
+                   "fail, error, crash and timeout do, and so do a declared known failure (xfail), a standing "
+                   "finding and pins that cannot be installed together, so no range lists a version in which a "
+                   "check failed; a combination this runner could not install gives no evidence either way). "
+                   "Versions are left "
                    "out one at a time, the one with "
                    "the largest share of failing combinations first, so a version that fails everywhere (a "
                    "transformers release without Qwen3.5) does not make the other packages look broken. Each "
                    "failing or partly failing version shows how many of its tested combinations pass.")
 
 
-def _is_failing(cell: CellResult, standing: set[tuple[str, str]]) -> bool | None:
-    """True, False, or None for no evidence (its environment is not installable on this runner)."""
+_FAILED = FAILING | {Status.XFAIL}  # a declared known failure failed all the same
+
+
+def _is_failing(cell: CellResult) -> bool | None:
+    """True, False, or None for no evidence (its environment is not installable on this runner). Every check that
+    failed counts, a declared known failure's and a standing finding's included: the version failed it, whatever
+    other versions did."""
     # A cell with no check results gives no evidence of support, so it never counts as passing.
     if not cell.checks:
         return True
-    statuses = [c.status for c in cell.checks if (cell.cell_id, c.check) not in standing]
-    if FAILING.isdisjoint(statuses):
+    if _FAILED.isdisjoint([c.status for c in cell.checks]):
         return False
     installs = [of_check(c) for c in cell.checks if c.status is Status.ERROR]
     if installs and all(v is not None and v.kind == RUNNER for v in installs):
@@ -79,14 +84,12 @@ def _blamed(combos: list[tuple[tuple, bool]]) -> set[tuple[int, str]]:
     return blamed
 
 
-def pass_ranges(cells: Iterable[CellResult], axes: Iterable[str] = PACKAGE_AXES,
-                standing: set[tuple[str, str]] = frozenset()) -> list[PassRange]:
-    """Per package axis: the supported versions (see PASS_RANGE_RULE) as runs, with per-version counts.
-    `standing`: the (cell id, check) entries whose failures are standing findings, which count as passing."""
+def pass_ranges(cells: Iterable[CellResult], axes: Iterable[str] = PACKAGE_AXES) -> list[PassRange]:
+    """Per package axis: the supported versions (see PASS_RANGE_RULE) as runs, with per-version counts."""
     axes = list(axes)
     judged: dict[tuple, bool] = {}  # per combination of the axes' values: cells of one row share one
     for cell in cells:
-        failing = _is_failing(cell, standing)
+        failing = _is_failing(cell)
         if failing is None or (cell.environment.get("preflight") and not failing) or cell.environment.get(CPU_SIDE_KEY):
             # not installable here, or installs with no check run yet, or checked on CPU only (an accelerator row's
             # CPU pre-flight: its GPU-only kernels cannot run there): no evidence of support either way

@@ -3,7 +3,8 @@
 Derived only from the entries' statuses, sub-verdicts and install verdicts, never from check names:
 
     broken    a check failed, crashed, timed out or could not run on an installed stack (the first one is the
-              reason)
+              reason); a failure the same in every row that runs the check, and no standing finding, reads
+              "broken in every row", naming the file of this project that raised it, where one did
     conflict  "cannot be installed together": the resolver proves the row's pins contradict each other (the
               reason names the conflicting requirement); a finding about the stack, no check ran
     runner    "not installable on this runner": wheel tags, glibc, a source build or a source this runner
@@ -13,8 +14,9 @@ Derived only from the entries' statuses, sub-verdicts and install verdicts, neve
               them) and the rest await a GPU or NPU runner (results/sources.py): never "works" before a runner
               has run them; or only the install pre-flight has looked at the row (the reason is its verdict,
               "installs" or "needs a build on the runner")
-    standing  every check passed but for standing findings: failures the same in every row that runs the
-              check (Report.standing, shown once with their cases), so not this row's
+    standing  every check passed but for standing findings: failures of a comparison the matrix declares to be
+              against a named upstream component, the same cases in every row that runs the check
+              (Report.standing, shown once with their cases; standing_findings.py), so not this row's
     patched  works with the trainer's patches: an upstream bug reproduced (an `affected` status or
              sub-verdict) while the check, and so the trainer's own verdicts, passed
     works    every check that ran passed
@@ -79,6 +81,13 @@ def _patched_reason(column: Column, entry: Entry) -> str:
     return f"{column.label}: {entry.message or 'upstream bug reproduced'}"
 
 
+def failure_words(entry: Entry) -> str:
+    """How a failing entry failed, in a few words: its status, and "broken in every row" and this project's file
+    where they hold ("error, broken in every row, raised in this project's code at trainers/x.py, line 3")."""
+    words = STATUS_VALUES[entry.status] + (", broken in every row" if entry.everywhere else "")
+    return words + (f", raised in this project's code at {entry.raised_here}" if entry.raised_here else "")
+
+
 def _measured(entry: Entry) -> str:
     """What the run itself measured for a failure: its failing sub-verdicts' messages, else its message."""
     failing = [f"{v.name}: {v.message}" for v in entry.verdicts if v.status in FAILING and v.message]
@@ -111,7 +120,7 @@ def row_verdict(columns: list[Column], row: Row) -> RowVerdict:
         if entry.beyond_standing:  # the rest of its failure is a standing finding: name only what is this row's
             return RowVerdict("broken", f"{columns[index].label}: {STATUS_VALUES[entry.status]} beyond the standing "
                                         f"finding, in {entry.beyond_standing}")
-        return RowVerdict("broken", f"{columns[index].label}: {STATUS_VALUES[entry.status]}"
+        return RowVerdict("broken", f"{columns[index].label}: {failure_words(entry)}"
                           + (f": {entry.message}" if entry.message else ""))
     if install:  # no check ran on this stack: the resolver's reason is the row's
         return RowVerdict(install[1].install.kind, install[1].message)
@@ -206,7 +215,7 @@ def why_text(report: Report, entries: dict[int, Entry], verdict: RowVerdict, bac
         more = f" (and {len(failing) - 1} more)" if len(failing) > 1 else ""
         message = f"beyond the standing finding, in {entry.beyond_standing}" if entry.beyond_standing else \
             entry.message
-        return f"{report.columns[index].check} {STATUS_VALUES[entry.status]}{more}: {message}".rstrip(": ")
+        return f"{report.columns[index].check} {failure_words(entry)}{more}: {message}".rstrip(": ")
     return _strip_label(verdict.reason, backend, model)
 
 

@@ -7,7 +7,6 @@ differs from the good end's, running only O(log n) cells. Works for any package 
 """
 from __future__ import annotations
 
-import fnmatch
 import os
 import sys
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness import checks, matrix
+from harness.checks import VERDICTS, gives_verdict
 from harness.errors import InputError
 from harness.matrix import Cell, Matrix
 from harness.matrix import axes as ax
@@ -76,24 +76,10 @@ def package_axis(package: str) -> str:
                      f"{', '.join(ax.PACKAGE_AXES.values())}")
 
 
-# The verdicts each built-in check gives (patterns: some carry a patch, family or engine name), so that
-# a --verdict naming none of them is refused before any environment is built. A check not listed here
-# (an extra check) may give any.
-VERDICTS: dict[str, tuple[str, ...]] = {
-    "stack-smoke": (),
-    "patch-parity": ("patched-vs-stock:*", "packed-vs-unpacked:*", "packed-stock-upstream*", "fused-logprob:*",
-                     "rollout-vs-trainer:*", "target-audit:*"),
-    "offload-regression": ("upstream", "trainer", "upstream/*", "trainer/*"),
-    "nested-chunking": ("*/*",),
-    "bridge-parity": ("*-tp[0-9]*", "*-ep[0-9]*", "packed-gdn"),
-    "grpo-convergence": ("threshold", "gain", "band"),
-}
-
-
 def check_verdict(check: str, verdict: str | None) -> None:
-    if verdict is None or check not in VERDICTS:
+    if verdict is None:
         return
-    if not any(fnmatch.fnmatchcase(verdict, pattern) for pattern in VERDICTS[check]):
+    if not gives_verdict(check, verdict):
         given = ", ".join(VERDICTS[check]) or "none: bisect on its status without --verdict"
         raise InputError(f"--verdict: {check} gives no verdict {verdict!r}; its verdicts: {given}")
 

@@ -1,6 +1,8 @@
 """The first bad release, found without being asked: after a watch run (the cells `matrix watch --write`
 made, run beside the matrix), every check that a new release turns from pass (in the cell it was crossed
-from) to fail or affected is bisected between the release the matrix names (the last good) and the new one.
+from) to anything but a pass (fail, affected, crash, error, timeout, or a declared known failure) is bisected
+between the release the matrix names (the last good) and the new one. A check that did not run (skipped, or its
+cell could not be set up or installed) gives no verdict, so there is nothing of the check to bisect.
 
     python -m harness.rerun.first_bad --watch WATCH.json --matrix matrices/cpu.toml --base reports/cpu \
         --new reports/cpu-watch
@@ -27,17 +29,16 @@ from harness.errors import HarnessError, InputError
 from harness.matrix import Cell, Matrix
 from harness.matrix import axes as ax
 from harness.matrix.index import PackageIndex
-from harness.results.records import CellResult, Status, load_cell, write_json_atomic
+from harness.results.records import CellResult, CheckResult, Status, did_not_run, load_cell, write_json_atomic
 
 from .bisect import run_bisect
 
-TURNED = (Status.FAIL, Status.AFFECTED)
 FILE = "first-bad.json"
 
 
 @dataclass
 class Turn:
-    """A check that passed in `origin` and fails (or is affected) in `cell`, which differs by one release."""
+    """A check that passed in `origin` and does not pass in `cell`, which differs by one release."""
 
     axis: str
     distribution: str
@@ -48,6 +49,12 @@ class Turn:
     cell: str
     status: str
     message: str
+
+
+def turned(earlier: CheckResult | None, outcome: CheckResult) -> bool:
+    """A pass that no longer passes, whatever it became (see the module docstring)."""
+    return earlier is not None and earlier.status is Status.PASS and outcome.status is not Status.PASS \
+        and not did_not_run(outcome)
 
 
 def _result(directory: Path, cell_id: str) -> CellResult | None:
@@ -69,8 +76,7 @@ def turns(watch: dict, base: Path, new: Path) -> list[Turn]:
             if before is None or after is None:
                 continue
             for outcome in after.checks:
-                earlier = before.check(outcome.check)
-                if earlier is None or earlier.status != Status.PASS or outcome.status not in TURNED:
+                if not turned(before.check(outcome.check), outcome):
                     continue
                 key = (crossing["origin"], outcome.check, release["distribution"])
                 if key not in found or Version(found[key].bad) < Version(release["version"]):
@@ -93,8 +99,7 @@ def turns_of_newest(previous: Path, current: Path) -> list[Turn]:
             if not isinstance(moved, dict) or old is None or old.get("version") == moved.get("version"):
                 continue
             for outcome in now.checks:
-                earlier = before.check(outcome.check)
-                if earlier is not None and earlier.status == Status.PASS and outcome.status in TURNED:
+                if turned(before.check(outcome.check), outcome):
                     found.append(Turn(moved["axis"], ax.PACKAGE_AXES[moved["axis"]], old["version"],
                                       moved["version"], outcome.check, now.cell_id, now.cell_id,
                                       outcome.status.value, outcome.message[:500]))

@@ -12,7 +12,11 @@
 
 A cell has one result: a runner's replaces every other, then the offline box's, the CPU-side run's and the
 pre-flight's, in that order. `load_results` stamps each CellResult with its source (the one its file names,
-else its folder's); an unreadable file is one problem line, never a crash.
+else its folder's); an unreadable file is one problem line, never a crash. A file is read only as the result of
+the cell it is named for: one that holds another cell's result (a stray copy, a renamed file) is a problem line
+and is not used. A file that cannot be used leaves its cell without a result: no folder read after it stands in
+for it (an older CPU-side or pre-flight result would pass for the runner's), and `Problems.unreadable` names the
+cell, so that a comparison with a previous run can count it (results/compare.py).
 
 The CPU-side run marks each check result it writes, and the report shows the mark's words after the entry:
 
@@ -61,23 +65,38 @@ WANTED: dict[Source, Callable[[CellResult], bool]] = {
     Source.CPU_SIDE: ran_cpu_side, Source.PREFLIGHT: from_preflight}
 
 
-def load_results(report_dir: Path | str) -> tuple[list[CellResult], list[str]]:
+class Problems(list):
+    """The problem lines of a load (a list of str), and `unreadable`: cell id (its file's name) -> the line, for
+    each cell whose result file was there but could not be used."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unreadable: dict[str, str] = {}
+
+    def unusable(self, cell_id: str, line: str) -> None:
+        self.append(line)
+        self.unreadable[cell_id] = line
+
+
+def load_results(report_dir: Path | str) -> tuple[list[CellResult], Problems]:
     """Every readable cell result of DIR, stamped with its source, and one line per file that could not be used."""
     report_dir = Path(report_dir)
     cells: list[CellResult] = []
-    problems: list[str] = []
-    have: set[str] = set()
+    problems = Problems()
+    have: set[str] = set()  # the cells whose result is decided: read, or unusable in a folder read before
     for source, wanted in WANTED.items():
         found = _read(report_dir, source, wanted, have, problems)
-        have |= {cell.cell_id for cell in found}
+        have |= {cell.cell_id for cell in found} | set(problems.unreadable)
         cells += found
     if not cells and not (report_dir / FOLDERS[Source.RUNNER]).is_dir():
-        return [], [f"{FOLDERS[Source.RUNNER]}/: no such directory in {report_dir.name or report_dir}"]
+        missing = Problems()
+        missing.append(f"{FOLDERS[Source.RUNNER]}/: no such directory in {report_dir.name or report_dir}")
+        return [], missing
     return cells, problems
 
 
 def _read(report_dir: Path, source: Source, wanted: Callable[[CellResult], bool], have: set[str],
-          problems: list[str]) -> list[CellResult]:
+          problems: Problems) -> list[CellResult]:
     """The results of one source's folder that `wanted` accepts, for cells not in `have`."""
     folder = report_dir / FOLDERS[source]
     found = []
@@ -90,13 +109,17 @@ def _read(report_dir: Path, source: Source, wanted: Callable[[CellResult], bool]
         try:
             size = path.stat().st_size
             if size > MAX_BYTES[source]:
-                problems.append(f"{name}: too large to be a cell result ({size} bytes)")
+                problems.unusable(path.stem, f"{name}: too large to be a cell result ({size} bytes)")
                 continue
             cell = load_cell(path)
         except Exception as exc:  # noqa: BLE001 - any malformed content is a problem line, never a crash
             reason = exc.__cause__ or exc
-            problems.append(" ".join(f"{name}: not a readable cell result ({type(reason).__name__}: {reason})"
-                                     .split()))
+            problems.unusable(path.stem, " ".join(f"{name}: not a readable cell result ({type(reason).__name__}: "
+                                                  f"{reason})".split()))
+            continue
+        if cell.cell_id != path.stem:
+            problems.unusable(path.stem, " ".join(f"{name}: holds the result of cell {cell.cell_id[:200]!r}, not of "
+                                                  f"{path.stem!r} (its name); not used".split()))
             continue
         if wanted(cell) and cell.cell_id not in have:
             cell.source = cell.source or source

@@ -351,3 +351,43 @@ def test_the_default_sized_report_stays_small(cpu_page):
     import gzip
 
     assert len(gzip.compress(cpu_page.read_bytes())) < MAX_GZIPPED_BYTES
+
+
+# --- A report with a standing finding (issue 40): its cases table wraps inside the page at every width.
+@pytest.fixture(scope="module")
+def standing_page(tmp_path_factory) -> Path:
+    """report.html of the committed CUDA CPU-side results: vllm-chat-parity's parser finding, declared in
+    matrices/cuda.toml, with the model outputs of 11 cases side by side."""
+    from harness.report.pipeline import build_from_dir
+
+    report, _ = build_from_dir(ROOT / "reports" / "cuda", save_history=False)
+    assert report.standing and len(report.standing[0].cases) >= 10
+    path = tmp_path_factory.mktemp("standing") / "report.html"
+    path.write_text(to_html(report))
+    return path
+
+
+@pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=["1400x900", "390"])
+def test_a_standing_findings_cases_wrap_inside_the_page(browser, standing_page, tmp_path, size):
+    page = opened(browser, standing_page, size)
+    cases = page.locator("section.standing table.cases")
+    assert cases.count() == 1 and cases.locator("tbody tr").count() >= 10
+    cases.scroll_into_view_if_needed()
+    tmp_path.joinpath(f"standing-{size[0]}.png").write_bytes(page.screenshot())
+    assert not scrolls_sideways(page)
+    box = cases.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= size[0]
+    # Every case's text is there, wrapped, not cut: no cell scrolls or hides part of its text.
+    assert cases.evaluate("t => [...t.querySelectorAll('td pre')].every(p => p.scrollWidth <= p.clientWidth + 1)")
+    assert "unclosed tool_call" in cases.inner_text()
+    page.close()
+
+
+def test_the_check_sees_a_cases_table_that_runs_off_the_page(browser, standing_page, tmp_path):
+    """The table as it was drawn before it wrapped (pre-formatted text, sized to its longest line)."""
+    wide = tmp_path / "wide.html"
+    wide.write_text(standing_page.read_text().replace("table.cases pre{margin:0;white-space:pre-wrap;", "x{")
+                    .replace("table.cases{table-layout:fixed;width:100%}", ""))
+    page = opened(browser, wide, DESKTOP)
+    assert scrolls_sideways(page)
+    page.close()

@@ -1,9 +1,11 @@
 """Cells whose rows have a cause to name: pins the resolver cannot install together (its own output, from
-tests/resources/install-verdicts), a runner limit, a parity finding the same in every row."""
+tests/resources/install-verdicts), a runner limit, a parity finding the same in every row (a standing finding
+where the matrix declares it, DECLARED)."""
 from __future__ import annotations
 
 from pathlib import Path
 
+from harness.matrix.rules import StandingRule
 from harness.report.build import build_report
 from harness.report.row_verdicts import row_verdicts
 from harness.results.install_verdict import classify
@@ -11,6 +13,10 @@ from harness.results.records import CellResult, CheckResult, Status, Verdict
 
 UV = Path(__file__).resolve().parents[1] / "resources" / "install-verdicts"
 CHECKS = ("stack-smoke", "vllm-rollout", "vllm-chat-parity")
+# The cells' matrix declares the parser verdict a comparison with vLLM's parser, as matrices/cpu.toml does.
+PARSER_RULE = StandingRule("vllm-chat-parity", "tool-calls-malformed", "the trainer's parser",
+                           "vLLM's qwen3_coder parser")
+DECLARED = {"cpu": [PARSER_RULE]}
 
 
 def cell(tf: str, vllm: str, *checks: CheckResult) -> CellResult:
@@ -39,6 +45,6 @@ def ran(tf: str, vllm: str, chat: CheckResult, rollout: Status = Status.PASS) ->
                 chat)
 
 
-def verdicts(cells: list[CellResult]) -> dict[str, tuple[str, str]]:
-    report = build_report(cells)
+def verdicts(cells: list[CellResult], declarations=DECLARED) -> dict[str, tuple[str, str]]:
+    report = build_report(cells, declarations=declarations)
     return {row.cells[0]: (v.kind, v.reason) for row, v in zip(report.rows, row_verdicts(report))}

@@ -79,6 +79,7 @@ def test_report_of_a_directory_without_results_exits_4(tmp_path):
 
 @pytest.mark.parametrize("config, expected", [
     ('{"num_hiden_layers": 2}', "unknown key 'num_hiden_layers'"),
+    ('{"foo": 1}', "unknown key 'foo'"),  # not a near miss of any key: refused all the same
     ('{"text_config": {"hiden_size": 8}}', "unknown key 'text_config.hiden_size'"),
     ('[1, 2]', "expected a JSON object"),
     ('{"num_hidden_layers": "two"}', "num_hidden_layers: expected a whole number >= 1, got 'two'"),

@@ -10,7 +10,8 @@ Skipped in cells without vLLM. Verdicts (each records the engine it compared aga
   neither evaluates the text (a value that is Python code would create a sentinel file). The trainer's
   parser behaves as verl's Qwen3XMLToolParser on these (tests/unit/trainers/patches/test_tool_parser_verl.py),
   so each mismatch, recorded with its input and both outputs, says where verl's parser and vLLM's differ;
-  the same in every vLLM release, the report shows it once as a standing finding;
+  the matrices declare this verdict a comparison with vLLM's parser ([[standing]]), so the cases every
+  vLLM release shares are one standing finding in the report;
 - chat-rendering: each conversation (system and user, multi-turn, tool definitions with tool calls and
   results, reasoning before a tool call, thinking on and off, with and without a generation prompt, and
   four without a user turn) renders to the same token ids and text through the trainer (the tokenizer's

@@ -166,9 +166,9 @@ def _box(box: PinsBox) -> str:
                 f"By verdict: {e(box.by_verdict)}.</p></div>")
     versions = ", ".join(f"{name} {version}" for name, version in box.pins)
     other = "; ".join(f"{axis} {value}" for axis, value in box.other)
-    kind = "pass every check" + ("" if box.line.verdict.kind == "works" else " with the trainer's patches")
+    chosen = box.chosen
     return (f'<div class="pin"><h3>{e(box.title)}</h3>'
-            f'<p>The newest of the {box.tested} tested stacks that {kind}'
+            f'<p>{e(chosen[0].upper() + chosen[1:])}'
             f' (<a href="#{box.line.anchor}">its line</a>): {e(versions)}'
             + (f"{'; ' if versions else ''}Python {e(box.python)}" if box.python else "")
             + (f"; {e(other)}" if other else "") + ".</p>"

@@ -18,6 +18,7 @@ from ..pins import known_good_stacks
 from ..ranges import PASS_RANGE_RULE
 from ..row_verdicts import RowVerdict, row_verdicts
 from ..safe_text import Escaper, ascii_html, clean_text, escape_html
+from ..standing_findings import STANDING_INTRO
 from .details import DETAIL_CSS, STATUS_HTML, details_html
 from .first_screen import FIRST_SCREEN_CSS, first_screen_html
 from .plots import PLOT_CSS, PLOT_LEGEND, SharedPlots
@@ -45,6 +46,9 @@ td.s-affected{background:#fff6e0}td.s-xfail{background:#fffbd6}td.s-skip{backgro
 .plots{display:flex;flex-wrap:wrap;gap:1em}
 figure{margin:0;border:1px solid #ddd;padding:4px}
 figcaption{font-size:11px;font-family:monospace;max-width:360px;overflow-wrap:anywhere}
+section.standing{overflow-wrap:anywhere}
+table.cases{table-layout:fixed;width:100%}
+table.cases pre{margin:0;white-space:pre-wrap;overflow-wrap:anywhere}
 """
 
 _DOT = ascii_html(" · ")
@@ -60,18 +64,21 @@ def _not_installed_and_standing(report: Report) -> list[str]:
         out.append("<p><strong>Not run, their cell could not be installed:</strong> " + _DOT.join(
             f"{e(label)}: {count}" for label, count in sorted(report.not_installed.items())) + "</p>")
     if report.standing:
-        out.append('<h2 id="standing">Standing findings</h2><p>The same result in every cell that runs the check, '
-                   "so no row's own: stated once here, not as a broken row, and not blamed on any version.</p>")
+        out.append(f'<section class="standing"><h2 id="standing">Standing findings</h2><p>{e(STANDING_INTRO)}</p>')
     for finding in report.standing:
         out.append(f"<h3>{e(f'{finding.backend} · {finding.model} · {finding.label}')}: {e(finding.status)} in all "
-                   f"{len(finding.cells)} cells that ran it</h3><p>{e(clean_text(finding.message, 1000))}</p>")
-        if finding.evidence:
-            sides = [k for k in finding.evidence[0] if k != "case"]
-            out.append("<table><thead><tr>" + "".join(f'<th scope="col">{e(k)}</th>' for k in ["case", *sides])
+                   f"{len(finding.cells)} cells that ran it</h3><p>{e(clean_text(finding.compared, 500))}.</p>"
+                   f"<p>{e(clean_text(finding.message, 1000))}</p>")
+        if finding.cases:
+            sides = [k for k in finding.cases[0] if k != "case"]
+            out.append('<table class="cases"><thead><tr>' + "".join(f'<th scope="col">{e(k)}</th>'
+                                                                     for k in ["case", *sides])
                        + "</tr></thead><tbody>" + "".join(
                            "<tr>" + "".join(f"<td><pre>{e(str(case.get(k, ''))[:600])}</pre></td>" for k in
-                                            ["case", *sides]) + "</tr>" for case in finding.evidence)
+                                            ["case", *sides]) + "</tr>" for case in finding.cases)
                        + "</tbody></table>")
+    if report.standing:
+        out.append("</section>")
     return out
 
 

@@ -76,6 +76,20 @@ def test_the_shipped_matrices_load():
     assert loaded["gpu-evidence"].benchmarks == ("grpo-vs-trl",)
 
 
+CHAT = VALID.replace('["stack-smoke"]', '["stack-smoke", "vllm-chat-parity"]')
+STANDING = ('[[standing]]\ncheck = "vllm-chat-parity"\nverdict = "tool-calls-malformed"\n'
+            'ours = "the trainer\'s parser"\nupstream = "vLLM\'s parser"\n')
+
+
+def test_a_standing_rule_names_the_upstream_component_a_verdict_compares_against(tmp_path):
+    m = load_text(tmp_path, CHAT + STANDING + 'when = { transformers = "==5.3.0" }\n')
+    (rule,) = m.standing
+    assert (rule.ours, rule.upstream) == ("the trainer's parser", "vLLM's parser")
+    assert rule.covers("vllm-chat-parity", "tool-calls-malformed", m.cells[0].axes)
+    assert not rule.covers("vllm-chat-parity", "tool-calls", m.cells[0].axes)
+    assert not rule.covers("vllm-chat-parity", "tool-calls-malformed", {**m.cells[0].axes, "transformers": "5.9.0"})
+
+
 BAD = [
     ("not toml", "[matrix\nname=", "not valid TOML"),
     ("unknown top key", VALID + "\n[colour]\nx = 1\n", "colour: unknown key"),
@@ -112,6 +126,16 @@ BAD = [
     ("known failure with a javascript link",
      VALID + '[[known_failures]]\ncheck = "stack-smoke"\nwhen = { transformers = "==5.3.0" }\nreason = "r"\n'
              'link = "javascript:alert(1)"\nexpires = 2027-01-01\n', "expected an https:// link"),
+    ("standing rule with an unknown key", CHAT + STANDING + 'reason = "r"\n', "standing[0].reason: unknown key"),
+    ("standing rule matching no cell", CHAT + STANDING + 'when = { transformers = ">6" }\n',
+     "standing[0]: matches no cell"),
+    ("standing rule without its upstream", CHAT + STANDING.replace('upstream = "vLLM\'s parser"\n', ""),
+     "standing[0].upstream: missing"),
+    ("standing rule naming no verdict of its check", CHAT + STANDING.replace("tool-calls-malformed", "vibes"),
+     "vllm-chat-parity gives no verdict 'vibes'"),
+    ("standing rule for a check not run", VALID + STANDING, "'vllm-chat-parity' is not run by this matrix"),
+    ("standing rule with an empty name", CHAT + STANDING.replace('"the trainer\'s parser"', '" "'),
+     "standing[0].ours: expected a name"),
 ]
 
 

@@ -76,6 +76,25 @@ def test_new_failures_come_first_and_gate_ci(tmp_path):
     assert harness("report", new, "--fail-on-new").returncode == 2
 
 
+def test_a_previously_passing_cell_whose_file_is_now_truncated_is_a_new_failure(tmp_path):
+    """The row must not just disappear: its checks count as failing, and --fail-on-new exits 5 naming it."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    write_cells(old, [cell("5.3.0", Status.PASS), cell("5.9.0", Status.PASS), cell("5.10.0", Status.FAIL)])
+    write_cells(new, [cell("5.3.0", Status.PASS), cell("5.9.0", Status.PASS), cell("5.10.0", Status.FAIL)])
+    for tf in ("5.9.0", "5.10.0"):
+        path = new / "cells" / f"fsdp-text-tf{tf}-torch2.13.0.json"
+        path.write_text(path.read_text()[:40])
+    done = harness("report", new, "--previous", old, "--fail-on-new")
+    assert done.returncode == 5, done.stderr
+    assert "1 new failures: fsdp-text-tf5.9.0-torch2.13.0 stack-smoke" in done.stderr
+    _, changes = render_report(new, previous=old)
+    lost = {c.cell_id: (c.kind, c.after) for c in changes if c.after == "unreadable"}
+    assert lost == {"fsdp-text-tf5.9.0-torch2.13.0": ("new failure", "unreadable"),
+                    "fsdp-text-tf5.10.0-torch2.13.0": ("still failing", "unreadable")}
+    problems = json.loads((new / "report.json").read_text())["problems"]
+    assert any("cannot be used, so each of their checks counts as failing" in p for p in problems)
+
+
 def test_a_previous_run_of_an_older_schema_is_refused_clearly(tmp_path):
     old, new = tmp_path / "old", tmp_path / "new"
     (old / "cells").mkdir(parents=True)

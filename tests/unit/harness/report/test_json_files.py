@@ -43,7 +43,7 @@ def test_support_json_is_stable_and_documented():
     assert list(data) == ["schema", "schema_version", "title", "constant_axes", "varying_axes", "columns", "counts",
                           "combinations", "standing_findings"]
     assert (data["schema"], data["schema_version"]) == (SUPPORT_SCHEMA, SUPPORT_SCHEMA_VERSION) == (
-        "qwen35-support-summary", 3)
+        "qwen35-support-summary", 4)
     assert data["constant_axes"] == {"device": "cpu", "torch": "2.13.0"}
     assert data["varying_axes"] == ["transformers"] and list(data["counts"]) == list(KINDS)
     assert data["combinations"][1] == {

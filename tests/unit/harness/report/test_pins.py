@@ -71,3 +71,28 @@ def test_last_known_good_names_each_stack_once():
     markdown = to_markdown(build_report(cpu_like_cells(), last_known_good=lkg))
     section = markdown[markdown.index("## Last known good"):markdown.index("## Details")]
     assert section.count("transformers 5.23.0") == 1 and section.count("\n- ") == 2
+
+
+def test_the_box_counts_the_stacks_that_pass_not_only_those_tested():
+    """One of the 13 FSDP stacks passes: the box must not say it is the newest of 13 that pass."""
+    cells = cpu_like_cells()
+    plain = [c for c in cells if c.axes["backend"] == "fsdp" and "vllm_cpu" not in c.axes]
+    for cell in plain[:-1]:
+        cell.checks[0].status = Status.FAIL
+    report = build_report(cells)
+    box = next(b for b in pins_boxes(report) if b.title == "FSDP")
+    assert (box.passing, box.tested) == (1, 13)
+    page, markdown = to_html(report), to_markdown(report)
+    assert "The one of the 13 tested stacks that passes every check (" in page
+    assert "newest of the 13 tested stacks that pass" not in page and "newest of 13 tested stacks" not in markdown
+    assert "**FSDP** (the one of the 13 tested stacks that passes every check)" in markdown
+    for cell in plain[:-3]:
+        cell.checks[0].status = Status.PASS
+    box = next(b for b in pins_boxes(build_report(cells)) if b.title == "FSDP")
+    counted = dict(box.verdicts)
+    assert 1 < box.passing < 13 and box.passing == counted.get("works", 0) + counted.get(
+        "works with the trainer's patches", 0)
+    assert box.chosen.startswith(f"the newest of the {box.passing} stacks that pass every check (of 13 tested)")
+    assert replace(box, passing=13, tested=13).chosen == \
+        "the newest of the 13 tested stacks, which all pass every check"
+    assert replace(box, passing=1, tested=1).chosen == "the one tested stack, which passes every check"

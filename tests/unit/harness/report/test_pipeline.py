@@ -11,7 +11,7 @@ from report_helpers import make_cell, ok, write_cells
 
 from harness.errors import ResultsError
 from harness.report.json_files import REPORT_SCHEMA_VERSION
-from harness.report.pipeline import render_report, write_report
+from harness.report.pipeline import build_from_dir, render_report, write_report
 from harness.report.synthetic import synthetic_cells
 from harness.results.records import CellResult, CheckResult, Status
 from harness.results.sources import load_results
@@ -109,3 +109,23 @@ def test_report_package_does_not_import_torch_or_transformers():
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_standing_findings_come_from_the_cells_matrix_file(tmp_path):
+    """matrices/cpu.toml declares the parser verdict a comparison with vLLM's parser: the report reads it there. A
+    matrix folder without that file declares nothing, and a matrix file that does not load is a problem."""
+    from cause_cells import parity, ran
+
+    write_cells(tmp_path / "run", [ran("5.16.1", "0.32.0", parity("0.32.0")),
+                                   ran("5.19.0", "0.32.0", parity("0.32.0"))])
+    report, _ = build_from_dir(tmp_path / "run", save_history=False)  # the checkout's matrices/
+    (finding,) = report.standing
+    assert finding.upstream == "vLLM's own qwen3_coder tool parser" and not report.problems
+    (tmp_path / "none").mkdir()
+    report, _ = build_from_dir(tmp_path / "run", save_history=False, matrices=tmp_path / "none")
+    assert not report.standing and not report.problems
+    (tmp_path / "none" / "cpu.toml").write_text("[matrix]\nname = 'cpu'\n[[standing]]\ncolour = 1\n")
+    report, _ = build_from_dir(tmp_path / "run", save_history=False, matrices=tmp_path / "none")
+    assert not report.standing
+    assert len(report.problems) == 1 and "cpu.toml" in report.problems[0] and "no failure of its cells is a " \
+        "standing finding" in report.problems[0]

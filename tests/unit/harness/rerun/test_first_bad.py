@@ -132,3 +132,26 @@ def test_a_newest_cell_that_moved_to_a_failing_release_is_a_turn(tmp_path):
     write_report(tmp_path / "tonight", formats=["md"])  # the row says which release `newest` was, and when
     md = (tmp_path / "tonight" / "report.md").read_text()
     assert "- **resolved**: transformers 5.25.0, newest on 2026-11-27" in md
+
+
+@pytest.mark.parametrize("status", [Status.FAIL, Status.AFFECTED, Status.CRASH, Status.ERROR, Status.TIMEOUT])
+def test_every_turn_from_pass_to_not_pass_is_bisected(tmp_path, status):
+    """A new release whose check crashes, errors or times out is a turn as much as one where it fails."""
+    from harness.rerun.first_bad import turns_of_newest
+
+    _night(tmp_path / "previous", "5.24.0", Status.PASS)
+    _night(tmp_path / "tonight", "5.25.0", status)
+    assert [(t.good, t.bad, t.status) for t in turns_of_newest(tmp_path / "previous", tmp_path / "tonight")] == [
+        ("5.24.0", "5.25.0", status.value)]
+    listing = {"releases": [{"axis": "transformers", "distribution": "transformers", "named": "5.24.0",
+                             "version": "5.25.0", "cells": [{"origin": "fsdp-text-tfnewest",
+                                                             "id": "fsdp-text-tfnewest"}]}]}
+    assert [t.status for t in turns(listing, tmp_path / "previous", tmp_path / "tonight")] == [status.value]
+
+
+def test_a_check_that_did_not_run_is_no_turn(tmp_path):
+    from harness.rerun.first_bad import turns_of_newest
+
+    _night(tmp_path / "previous", "5.24.0", Status.PASS)
+    _night(tmp_path / "tonight", "5.25.0", Status.SKIP)
+    assert turns_of_newest(tmp_path / "previous", tmp_path / "tonight") == []

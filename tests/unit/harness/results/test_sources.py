@@ -59,10 +59,34 @@ def test_an_unreadable_file_of_any_source_is_one_problem_line_named_by_its_folde
     for source in Source:
         folder = tmp_path / FOLDERS[source]
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "bad.json").write_text("{not json\n")
+        (folder / f"bad-{source.value}.json").write_text("{not json\n")
         (folder / ".bad.json.tmp.json").write_text("{")  # an atomic write in progress: not read
     cells, problems = load_results(tmp_path)
     assert [c.cell_id for c in cells] == ["good"]
-    assert problems == [f"{FOLDERS[source]}/bad.json: not a readable cell result (JSONDecodeError: Expecting "
-                        "property name enclosed in double quotes: line 1 column 2 (char 1))"
-                        for source in (Source.RUNNER, Source.OFFLINE_BOX, Source.CPU_SIDE, Source.PREFLIGHT)]
+    order = (Source.RUNNER, Source.OFFLINE_BOX, Source.CPU_SIDE, Source.PREFLIGHT)
+    assert problems == [f"{FOLDERS[source]}/bad-{source.value}.json: not a readable cell result (JSONDecodeError: "
+                        "Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"
+                        for source in order]
+    assert list(problems.unreadable) == [f"bad-{source.value}" for source in order]
+
+
+def test_a_file_is_read_only_as_the_cell_it_is_named_for_and_a_stray_copy_never_wins(tmp_path):
+    kept = write(tmp_path, Source.RUNNER, "a")
+    stray = CellResult("cuda", "a", kept.axes, checks=[CheckResult("stack-smoke", Status.FAIL)], finished="9999")
+    write_json_atomic(tmp_path / "cells" / "a-copy.json", stray.to_dict())  # sorts before a.json
+    write_json_atomic(tmp_path / "cells" / "b.json", stray.to_dict())  # named for b, holding a
+    cells, problems = load_results(tmp_path)
+    assert [(c.cell_id, c.checks[0].status) for c in cells] == [("a", Status.PASS)]
+    assert problems == ["cells/a-copy.json: holds the result of cell 'a', not of 'a-copy' (its name); not used",
+                        "cells/b.json: holds the result of cell 'a', not of 'b' (its name); not used"]
+    assert set(problems.unreadable) == {"a-copy", "b"}
+
+
+def test_a_runner_file_that_cannot_be_read_is_not_replaced_by_an_earlier_source(tmp_path):
+    """A truncated runner result: the cell has no result, rather than the CPU pre-flight's standing in for it."""
+    write(tmp_path, Source.RUNNER, "good")
+    write(tmp_path, Source.CPU_SIDE, "a", preflight="installs", cpu_side=True)
+    text = json.dumps(write(tmp_path, Source.RUNNER, "a").to_dict())
+    (tmp_path / "cells" / "a.json").write_text(text[: len(text) // 2])
+    cells, problems = load_results(tmp_path)
+    assert [c.cell_id for c in cells] == ["good"] and list(problems.unreadable) == ["a"]
