@@ -13,6 +13,7 @@ from wheel_helpers import offline_index, wheel
 
 from harness import checks, cli, matrix
 from harness.checks import CheckSpec
+from harness.execution import forkclient, runner
 from harness.preflight import cpu_side as cpuside
 from harness.report.build import build_report
 from harness.report.pipeline import render
@@ -84,7 +85,12 @@ def _here(cell, log):
     return cpuside.CpuSideEnv(Path(sys.prefix), "CPU pre-flight in a test"), "torch==9.0.0\n"
 
 
-def test_only_checks_that_need_no_accelerator_run_and_each_is_marked(mini, tmp_path):
+def test_only_checks_that_need_no_accelerator_run_and_each_is_marked(mini, tmp_path, monkeypatch):
+    # The probes import no torch: the cell's check server preloads the check entry alone (seconds, not the
+    # half-minute of torch and transformers); its checks are still forked from it.
+    init = forkclient.CheckProcesses.__init__
+    monkeypatch.setattr(forkclient.CheckProcesses, "__init__",
+                        lambda self, *args, **kwargs: init(self, *args, **{**kwargs, "preload": (runner.ENTRY,)}))
     m, probes = mini
     cells = m.select(tags=["cpu-side"])
     assert [c.id for c in cells] == [CELL]
@@ -108,6 +114,7 @@ def test_only_checks_that_need_no_accelerator_run_and_each_is_marked(mini, tmp_p
     assert result.axes["device"] == "cuda" and result.environment["cpu_side"] is True
     assert result.lock == f"cpu-side/cells/{CELL}/lock.txt" and (out / result.lock).is_file()
     assert by_name["cpu-probe"].log.startswith("cpu-side/cells/") and (out / by_name["cpu-probe"].log).is_file()
+    assert "check server ready" in (out / "cpu-side" / "cells" / CELL / "logs" / "setup.log").read_text()  # forked
     written = json.loads((out / "cpu-side" / "cells" / f"{CELL}.json").read_text())
     assert written["environment"]["preflight"] == "installs" and written["axes"]["device"] == "cuda"
 
