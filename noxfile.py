@@ -64,10 +64,10 @@ def _run_matrix(session: nox.Session, name: str, *args: str) -> None:
 def _require(session: nox.Session, device: str) -> None:
     """Stop at once without the accelerator; with it, set the device's determinism settings
     (trainers/runtime/determinism.py) before anything in the session starts the device runtime."""
-    present, evidence = devices.probe(device)
+    present, seen = devices.probe(device)
     if not present:
         session.error(f"{session.name} needs device {device!r}, and this machine has none "
-                      f"({evidence.splitlines()[0]}). On a CPU-only machine run `nox -s cpu-fsdp-qwen35`.")
+                      f"({seen.splitlines()[0]}). On a CPU-only machine run `nox -s cpu-fsdp-qwen35`.")
     for key, value in determinism.environment(device).items():
         session.env.setdefault(key, os.environ.get(key, value))
 

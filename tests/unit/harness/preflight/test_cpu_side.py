@@ -148,9 +148,9 @@ def test_the_report_shows_the_origin_until_a_runner_result_replaces_it(tmp_path)
     assert entries["bridge-parity"].origin is None
     # A failed CPU-side verdict is rerun by the CPU pre-flight of that cell, not by `repro` on the cell's GPU.
     assert entries["vllm-chat-parity"].repro == f"python -m harness cpu-side matrices/cuda.toml --cells {cell.id}"
-    assert "on the cell's exact wheels" in row.environment["evidence"]
+    assert "on the cell's exact wheels" in row.environment["origin"]
     assert row.axes[report.axes.index("device")] == "cuda"
-    # A CPU-side row is no evidence either way for the passing ranges (its failure is on CPU, not the runner).
+    # A CPU-side row counts for neither side of the passing ranges (its failure is on CPU, not the runner).
     assert not any(r.tested for r in report.ranges)
     html = render(report, "html")
     assert '<div class="ex">from CPU pre-flight</div>' in html and '<div class="ex">awaits a runner</div>' in html
@@ -166,7 +166,7 @@ def test_the_report_shows_the_origin_until_a_runner_result_replaces_it(tmp_path)
     assert len(cells) == 1 and cells[0].checks[0].message == "ran on the GPU runner"
     [row] = build_report(cells).rows
     assert all(e.origin is None for e in row.entries.values())
-    assert "CPU pre-flight" not in row.environment.get("evidence", "")
+    assert "CPU pre-flight" not in row.environment.get("origin", "")
 
 
 def test_a_constraint_of_this_machine_that_rules_a_cell_out_is_named(mini, tmp_path, monkeypatch, capsys):
