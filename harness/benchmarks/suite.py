@@ -126,7 +126,7 @@ def measure_report(cells: int) -> dict:
             "load_average": round(os.getloadavg()[0], 1), **sizes}
 
 
-# The four check families of the brief; their sum is the figure the README's target is about.
+# The four check families; their sum is the measured page's figure for a cell's checks (docs/measured.md).
 FAMILIES = ("patch-parity", "offload-regression", "nested-chunking", "grpo-convergence")
 # What a check's fresh interpreter imports before its own work starts (a cell's check server pays it once per cell).
 HEAVY_IMPORTS = "import torch, tensordict, transformers; from transformers.models.qwen3_5 import modeling_qwen3_5"

@@ -38,7 +38,7 @@ def _run(argv: list[str]) -> tuple[int, str]:
 
 
 def probe(device: str) -> tuple[bool, str]:
-    """(present, evidence) for cpu, cuda or npu."""
+    """(present, what the probe saw) for cpu, cuda or npu."""
     if device == "cpu":
         return True, "cpu"
     if device == "cuda":
@@ -81,11 +81,11 @@ def visible_devices(device: str) -> list[str] | None:
 
 def require(device: str, what: str) -> str:
     """Raise EnvironmentMissing (exit 3) naming what is missing and what to run instead."""
-    present, evidence = probe(device)
+    present, seen = probe(device)
     if not present:
         raise EnvironmentMissing(f"{what} needs device {device!r} but this machine has none "
-                                 f"({evidence.splitlines()[0]}); on a CPU-only machine run `nox -s cpu-fsdp-qwen35`")
-    return evidence
+                                 f"({seen.splitlines()[0]}); on a CPU-only machine run `nox -s cpu-fsdp-qwen35`")
+    return seen
 
 
 def tool_report(device: str) -> str:

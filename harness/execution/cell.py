@@ -165,8 +165,8 @@ def _run_checks(cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts: RunOptio
     try:
         phase = time.perf_counter()
         result.environment = _capture(env, opts)
-        if getattr(env, "evidence", ""):  # where the results come from, when not a cell environment of its own
-            result.environment["evidence"] = env.evidence
+        if getattr(env, "origin", ""):  # where the results come from, when not a cell environment of its own
+            result.environment["origin"] = env.origin
         capture.update(result.environment)  # the checks' contexts read it from now on
         result.phases["capture"] = round(time.perf_counter() - phase, 3)
         processes.ready()

@@ -116,8 +116,8 @@ class InterpreterEnv(cellenv.CellEnv):
     """The interpreter at hand, with a row's overlay of wheelhouse packages first on the path."""
 
     overlay: Path | None = None
-    # execution/run.py records it as the row's origin line (the result's environment["evidence"])
-    evidence: str = ""
+    # execution/cell.py records it as the row's origin line (the result's environment["origin"])
+    origin: str = ""
 
     @property
     def python(self) -> Path:

@@ -2,7 +2,7 @@
 
 The estimate counts the tensors a Qwen3.5 / Qwen3 decoder layer saves per token (its widths come
 from the model config), split over tensor parallel where the heads are split. `measure_saved` counts
-what autograd really saves on a model run here, which is how the estimate is validated (README).
+what autograd really saves on a model run here, which is how the estimate is validated (docs/launch-plans.md).
 With full recompute (Megatron's uniform / HF gradient checkpointing) a layer keeps only its input,
 and one layer at a time holds its full activations during its backward.
 """

@@ -53,8 +53,8 @@ CHECK_ENV = {checks.PART_VARIABLE: checks.NO_ACCELERATOR, "CUDA_VISIBLE_DEVICES"
 
 @dataclass(frozen=True)
 class CpuSideEnv(cellenv.CellEnv):
-    # execution/run.py records it as the row's origin line (the result's environment["evidence"])
-    evidence: str = ""
+    # execution/cell.py records it as the row's origin line (the result's environment["origin"])
+    origin: str = ""
 
 
 def plan(cell: Cell) -> dict[str, str | None]:
@@ -164,7 +164,7 @@ def mark(result: CellResult, cell: Cell) -> CellResult:
     installs = [found for found in map(install_verdict.of_check, marked) if found is not None]
     result.environment[sources.CPU_SIDE_KEY] = True
     result.environment["preflight"] = installs[0].label if installs else INSTALLS
-    result.environment.setdefault("evidence", origin_line(cell, (result.finished or result.started)[:10]))
+    result.environment.setdefault("origin", origin_line(cell, (result.finished or result.started)[:10]))
     return result
 
 

@@ -31,7 +31,7 @@ PLACEHOLDER = {"session": "", "matrix": "", "cell": "", "device": "", "runner": 
 
 
 def origin_line(date: str) -> str:
-    """Where the row's results come from, for the report (the result's environment["evidence"])."""
+    """Where the row's results come from, for the report (the result's environment["origin"])."""
     return f"CPU pre-flight on {date}: an install verdict only, no check has run on a runner yet"
 
 
@@ -61,7 +61,7 @@ def cell_result(matrix_name: str, cell: Cell, resolution: Resolution, target: Ta
     result = CellResult(matrix_name, cell.id, dict(cell.axes), list(cell.tags),
                         [_check_result(name, cell, resolution) for name in cell.checks], lock=lock,
                         started=stamp, finished=stamp, duration=resolution.seconds)
-    result.environment = {"preflight": resolution.verdict, "evidence": origin_line(stamp[:10]),
+    result.environment = {"preflight": resolution.verdict, "origin": origin_line(stamp[:10]),
                           "target": str(target), "install": cell.install_order()}
     if resolution.built:
         result.environment["built_on_runner"] = list(resolution.built)

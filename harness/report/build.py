@@ -135,8 +135,8 @@ def _entry(cell: CellResult, cell_id: str, lock: str | None, check: CheckResult,
 def _environment(cell: CellResult, cleaned: Cleaned) -> dict[str, str]:
     """The parts of a cell's environment capture worth showing next to its row (`cleaned`: limit 200)."""
     shown = {}
-    if cell.environment.get("evidence"):  # where the row's results come from: the CPU pre-flight, an offline box
-        shown["evidence"] = clean_text(cell.environment["evidence"], 300)
+    if cell.environment.get("origin"):  # where the row's results come from: the CPU pre-flight, an offline box
+        shown["origin"] = clean_text(cell.environment["origin"], 300)
     accelerator = cell.axes.get("device", "cpu") != "cpu"
     # On an accelerator the row says which GPU, driver and torch build gave its results, and when.
     keys = ("python", "target", "os", "cpu", "cuda", *(("driver", "torch") if accelerator else ()), "cann",

@@ -29,7 +29,7 @@ STATUS_SYMBOLS = {
 STATUS_MEANINGS = {
     Status.PASS: "the check passed",
     Status.FAIL: "the check ran and found a problem",
-    Status.AFFECTED: "a known upstream bug was reproduced (kept as evidence; not a failure of the trainer)",
+    Status.AFFECTED: "a known upstream bug was reproduced (a finding about upstream, not a failure of the trainer)",
     Status.SKIP: "not applicable in this cell (the reason is shown)",
     Status.XFAIL: "a declared known failure (its reason, link and expiry are shown)",
     Status.TIMEOUT: "the check did not finish within its time limit",

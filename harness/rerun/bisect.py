@@ -125,7 +125,7 @@ class Bisection:
         if self.first_changed is None:
             return f"{self.check}: the verdict does not change between the ends ({tried})"
         return (f"{self.check}: first {self.package} release with a different verdict is {self.first_changed} "
-                f"(last like the good end: {self.last_same}); evidence: {tried}")
+                f"(last like the good end: {self.last_same}); verdicts: {tried}")
 
 
 def bisect(versions: list[Version], verdict_of: Callable[[Version], str], package: str = "",

@@ -16,7 +16,9 @@ else its folder's); an unreadable file is one problem line, never a crash. A fil
 the cell it is named for: one that holds another cell's result (a stray copy, a renamed file) is a problem line
 and is not used. A file that cannot be used leaves its cell without a result: no folder read after it stands in
 for it (an older CPU-side or pre-flight result would pass for the runner's), and `Problems.unreadable` names the
-cell, so that a comparison with a previous run can count it (results/compare.py).
+cell, so that a comparison with a previous run can count it (results/compare.py). A result not a
+runner's says where it comes from in one line, its environment's `origin` (files that name it `evidence`, as the
+CPU-side results committed under reports/cuda/ do, are read the same).
 
 The CPU-side run marks each check result it writes, and the report shows the mark's words after the entry:
 
@@ -41,6 +43,9 @@ CPU_SIDE_LABELS = {RAN: "from CPU pre-flight", PART: "part from CPU pre-flight, 
 # A runner's cell file is a few KB, the others' smaller: a huge one is not read into memory.
 MAX_BYTES = {Source.RUNNER: 32 * 1024 * 1024, Source.OFFLINE_BOX: 1024 * 1024, Source.CPU_SIDE: 1024 * 1024,
              Source.PREFLIGHT: 1024 * 1024}
+
+
+ORIGIN_KEYS = ("origin", "evidence")  # the origin line's key, and the other name result files give it
 
 
 def cpu_side_origin(metrics: dict) -> str | None:
@@ -123,5 +128,15 @@ def _read(report_dir: Path, source: Source, wanted: Callable[[CellResult], bool]
             continue
         if wanted(cell) and cell.cell_id not in have:
             cell.source = cell.source or source
+            _read_origin(cell)
             found.append(cell)
     return found
+
+
+def _read_origin(cell: CellResult) -> None:
+    """The origin line under its one key, whichever of ORIGIN_KEYS the file gave it."""
+    line = next((cell.environment[key] for key in ORIGIN_KEYS if cell.environment.get(key)), None)
+    for key in ORIGIN_KEYS[1:]:
+        cell.environment.pop(key, None)
+    if line is not None:
+        cell.environment[ORIGIN_KEYS[0]] = line

@@ -1,11 +1,14 @@
-"""A real cell run (a uv environment for the cell): its checks forked from the cell's check server, which imports
-once, or each in a fresh interpreter with --no-fork; the cell records its phases either way."""
+"""The check server with its default preload: torch and transformers imported once per cell. A real cell run (a uv
+environment for the cell): its checks forked from the cell's check server, which imports once, or each in a fresh
+interpreter with --no-fork; the cell records its phases either way."""
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from harness.execution import runner
+from harness.execution.forkclient import CheckProcesses
 from harness.results.records import Status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,6 +20,31 @@ def _env(project_env, mode: str, tmp_path, **extra) -> dict[str, str]:
     # pool at import, and the server refuses to fork.
     return {**project_env, "OMP_NUM_THREADS": "1", "MISBEHAVE": mode, "MISBEHAVE_PIDS": str(tmp_path / "pids"),
             "MISBEHAVE_MARKER": str(tmp_path / "marker"), **extra}
+
+
+def _fresh(tmp_path, env, timeout=60.0, memory=None):
+    return runner.run_isolated(sys.executable, "misbehave", [], tmp_path / "fresh" / "misbehave.log", timeout, env,
+                               memory)
+
+
+@pytest.mark.slow
+def test_torch_and_transformers_are_imported_once_per_cell(tmp_path, project_env):
+    pytest.importorskip("transformers")
+    env = _env(project_env, "modules", tmp_path)
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log")  # the default preload
+    try:
+        imports = processes.ready()
+        assert processes.server is not None, (tmp_path / "setup.log").read_text()[-2000:]
+        assert imports > 0 and {"torch", "transformers"} <= set(processes.server.modules)
+        first = processes.run("misbehave", [], tmp_path / "logs" / "a.log", 120)
+        second = processes.run("misbehave", [], tmp_path / "logs" / "b.log", 120)
+    finally:
+        processes.close()
+    for result in (first, second):  # both found them imported before their own code ran
+        assert result.status is Status.PASS and result.metrics["preloaded"] == ["torch", "transformers"]
+    assert first.metrics["pid"] != second.metrics["pid"]  # two processes, one import
+    fresh = _fresh(tmp_path, env)
+    assert fresh.metrics["preloaded"] == []  # a fresh interpreter starts without them: the test can fail
 
 
 CELL_MATRIX = """\

@@ -1,15 +1,22 @@
 """harness.checks.support.ranks: ranks forked from the test's process join one gloo group; a failing rank,
-a hang and an interruption each end every rank, and the outcome says which."""
+a hang and an interruption each end every rank, and the outcome says which; ranks are forked only from a
+process without native threads."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 
 from harness.checks.support.ranks import ForkedRanks, run_ranks  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _all_reduce() -> int:
@@ -70,3 +77,26 @@ def test_leaving_the_block_early_kills_the_ranks(tmp_path):
 def test_an_exit_code_is_passed_through(tmp_path):
     outcome = run_ranks(lambda: 3, 1, tmp_path / "ranks.log", timeout=60)
     assert outcome.exit_codes == [3] and not outcome.ok
+
+
+NATIVE_POOL = """
+import json, threading, torch
+from harness.checks.support import ranks as forked_ranks
+before = (forked_ranks.native_threads(), forked_ranks.fork_safe())
+python_thread = threading.Thread(target=threading.Event().wait, daemon=True)
+python_thread.start()  # a Python thread (a test runner's) does not make forking unsafe
+with_python_thread = forked_ranks.fork_safe()
+torch.set_num_threads(2)
+torch.ones(512, 512) @ torch.ones(512, 512)  # starts an OpenMP pool: native threads a fork drops
+print(json.dumps({"before": before, "python": with_python_thread,
+                  "after": (forked_ranks.native_threads(), forked_ranks.fork_safe())}))
+"""
+
+
+def test_ranks_are_forked_only_from_a_process_without_native_threads():
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # no pool at import: the test starts one
+    done = subprocess.run([sys.executable, "-c", NATIVE_POOL], capture_output=True, text=True, env=env, check=True,
+                          cwd=ROOT)
+    seen = json.loads(done.stdout)
+    assert seen["before"] == [0, True] and seen["python"] is True
+    assert seen["after"][0] >= 1 and seen["after"][1] is False

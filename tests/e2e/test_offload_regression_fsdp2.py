@@ -31,8 +31,8 @@ def _options(tmp_path, **kw) -> CheckOptions:
 @pytest.mark.slow
 def test_check_with_real_fsdp2_offload_on_two_ranks(tmp_path):
     """Real FSDP2 + CPUOffloadPolicy, 2 ranks (forked from the check's process on CPU). On CPU the
-    compute device is the CPU, so even the stock code sees its index and weight on one device: evidence
-    only, the strict device emulation decides."""
+    compute device is the CPU, so even the stock code sees its index and weight on one device: these verdicts
+    are recorded, the strict device emulation decides."""
     result = offload_regression.run(_options(tmp_path))
     verdicts = {v.name: v for v in result.verdicts}
     assert {"upstream", "trainer", "upstream/real-fsdp2", "trainer/real-fsdp2"} <= set(verdicts)

@@ -50,7 +50,7 @@ def test_a_check_that_does_not_load_the_differing_distribution_is_reused_and_one
     assert "mbridge" not in first["plain"]["loaded"]
     assert second["plain"]["reused_from"] == FIRST
     assert second["plain"]["metrics"]["pid"] == first["plain"]["metrics"]["pid"]  # the same run's result
-    assert second["plain"]["log"] == first["plain"]["log"]  # its evidence is the first cell's log
+    assert second["plain"]["log"] == first["plain"]["log"]  # its log is the first cell's
     for name in ("imports", "child"):  # mbridge looked up in the check's process, then in a child process
         assert first[name]["loaded"]["mbridge"] == "0.13.0" and second[name]["loaded"]["mbridge"] == "0.15.1"
         assert second[name]["reused_from"] is None

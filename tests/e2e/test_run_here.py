@@ -25,6 +25,6 @@ def test_a_row_runs_on_this_interpreter_with_the_wheelhouse_only(here):
     assert status == 0
     result = json.loads((out / "cells" / f"{cell}.json").read_text())
     assert result["checks"][0]["status"] == "pass", result["checks"][0]["message"]
-    assert result["environment"]["evidence"].startswith("offline run on the box's own Python")
+    assert result["environment"]["origin"].startswith("offline run on the box's own Python")
     assert "tinypkg==1.0" in (out / result["lock"]).read_text().split()
     assert (tmp_path / "envs" / "overlays" / cell / "tinypkg" / "__init__.py").is_file()

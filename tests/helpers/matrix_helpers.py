@@ -1,4 +1,5 @@
-"""A one-cell matrix file and its loader, shared by the matrix tests."""
+"""A one-cell matrix file and its loader, shared by the matrix tests; INCLUDE_312 adds a Megatron cell on
+Python 3.12 (the `python` axis)."""
 from __future__ import annotations
 
 import textwrap
@@ -16,6 +17,14 @@ VALID = textwrap.dedent("""\
     backend = ["fsdp"]
     model = ["text"]
     device = ["cpu"]
+    """)
+
+INCLUDE_312 = textwrap.dedent("""\
+
+    [[include]]
+    backend = "megatron"
+    megatron_core = "0.19.2"
+    python = "3.12"
     """)
 
 

@@ -77,24 +77,6 @@ def test_report_of_a_directory_without_results_exits_4(tmp_path):
     assert str(tmp_path) in done.stderr
 
 
-@pytest.mark.parametrize("config, expected", [
-    ('{"num_hiden_layers": 2}', "unknown key 'num_hiden_layers'"),
-    ('{"foo": 1}', "unknown key 'foo'"),  # not a near miss of any key: refused all the same
-    ('{"text_config": {"hiden_size": 8}}', "unknown key 'text_config.hiden_size'"),
-    ('[1, 2]', "expected a JSON object"),
-    ('{"num_hidden_layers": "two"}', "num_hidden_layers: expected a whole number >= 1, got 'two'"),
-    ('{"layer_types": "all"}', "not a usable text config"),
-])
-def test_a_model_config_that_is_not_a_config_exits_2(tmp_path, config, expected):
-    pytest.importorskip("transformers")
-    path = tmp_path / "c.json"
-    path.write_text(config)
-    model = "vl" if "text_config" in config else "text"
-    done = harness("check", "stack-smoke", "--model", model, "--model-config", path)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert expected in done.stderr and done.stderr.strip().count("\n") == 0
-
-
 def test_repro_never_uses_an_unchecked_id_as_a_path(tmp_path):
     victim = tmp_path / "x"
     victim.mkdir()

@@ -1,5 +1,6 @@
 """The layout is the architecture: each room of harness/ imports only the rooms its __init__ names, and no
-harness module imports itself back through others, whether its imports sit at the top or inside functions."""
+harness module imports itself back through others, whether its imports sit at the top or inside functions;
+docs/architecture.md's walk names files that exist, each once, and its tree names every module of each room."""
 from __future__ import annotations
 
 import ast
@@ -174,3 +175,29 @@ def test_project_root_constants_point_at_the_project():
 
     for root in (cellenv.PROJECT_ROOT, incontainer.ROOT, suite.ROOT):
         assert (root / "pyproject.toml").is_file() and (root / "harness" / "cli.py").is_file(), root
+
+
+ARCHITECTURE = HARNESS.parent / "docs" / "architecture.md"
+
+
+def _section(title: str) -> str:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    start = text.index(f"## {title}")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_the_walk_names_files_that_exist_each_once():
+    named = re.findall(r"\*\*`([\w/.]+\.py)`\*\*", _section("One cell, from the matrix file to its report row"))
+    assert len(named) > 30 and len(set(named)) == len(named), [n for n in named if named.count(n) > 1]
+    # A short path is under harness/ (matrix/axes.py) or under the report's room (html/plots.py).
+    missing = [n for n in named if not any((base / n).is_file() for base in
+                                           (HARNESS.parent, HARNESS, HARNESS / "report"))]
+    assert missing == []
+
+
+def test_the_tree_names_every_module_of_every_room():
+    tree = _section("The tree")
+    words = set(re.findall(r"\w+", tree))
+    unnamed = [str(path.relative_to(HARNESS.parent)) for path in sorted(HARNESS.rglob("*.py"))
+               if path.stem not in ("__init__", "__main__") and path.stem not in words]
+    assert unnamed == []

@@ -22,9 +22,22 @@ def test_the_sessions_users_expect_are_listed():
     done = nox("-l")
     assert done.returncode == 0
     for name in ("cpu-fsdp-qwen35", "gpu-fsdp-qwen35", "gpu-megatron-qwen35", "npu-matrix", "report", "tests",
-                 "bench"):
+                 "tests-e2e", "bench"):
         assert f" {name} " in done.stdout or f"* {name} " in done.stdout
     assert "* cpu-fsdp-qwen35" in done.stdout  # the default
+
+
+def test_ci_runs_every_test_session_and_checks_its_skips():
+    """.ci/run runs each tests* session and hands its JUnit file to .ci/skipped_everywhere.py: a test session
+    left out would go unrun in CI, or its skips unchecked."""
+    names = [s["session"] for s in json.loads(nox("-l", "--json", "-t", "all").stdout)
+             if s["session"].startswith("tests")]
+    assert {"tests", "tests-e2e"} <= set(names)
+    script = (ROOT / ".ci" / "run").read_text()
+    skips = script[script.index("skipped_everywhere.py"):]
+    for name in names:
+        assert f"nox -s {name} " in script, name
+        assert f"reports/tests/{name}.xml" in skips, name
 
 
 def test_every_cell_is_a_session_with_its_id_as_call_spec():

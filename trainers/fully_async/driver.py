@@ -1,6 +1,6 @@
 """The fully-async loop: the producer generates batch i+1.. while the trainer updates on batch i.
 
-Staleness rule (the README's "Fully-async mode"): batch i is generated with weight version
+Staleness rule (docs/fully-async.md): batch i is generated with weight version
 max(0, i - K), and the update that consumes it runs at version i, so every sample is exactly
 min(i, K) versions old. Stale samples are *corrected*, not dropped: the loss weighs each token
 by the truncated importance ratio min(pi_old / pi_behaviour, tis_cap) against the log-probs the

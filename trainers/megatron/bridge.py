@@ -44,7 +44,7 @@ def bridge_support(hf_config) -> dict:
 
             if model_type not in _MODEL_REGISTRY:
                 AutoBridge.from_config(hf_config)  # raises its own "Unregistered model type" error
-        except Exception as exc:  # the bridge's own words are the evidence
+        except Exception as exc:  # the bridge's own words say why
             report["mbridge_error"] = f"{type(exc).__name__}: {exc}"
     else:
         report["mbridge_error"] = "mbridge is not installed"

@@ -10,8 +10,8 @@ cache at the prefill; 5.23: no `cache_position`): the prompt with its attention 
 `use_cache`, then each sampled token with the mask grown by one and the returned cache. It keeps
 generate's rules: raw logits of the last position in float32, scores from the processors, argmax,
 the pad id for rows that already ended, stop when every row has its EOS or at the token budget.
-tests/unit/trainers/rollout/test_rollout.py checks it gives the same tokens and log-probs as `generate` on the newest
-transformers and (nox -s tests-affected) on 5.3.0: the same tokens, log-probs equal to float32
+tests/unit/trainers/rollout/test_cached_decode.py checks it gives the same tokens and log-probs as `generate` on
+the newest transformers and (nox -s tests-affected) on 5.3.0: the same tokens, log-probs equal to float32
 rounding (CPU kernels round the last bit by where their buffers land, which any extra allocation
 before a forward moves: a plain forward of generate's own inputs differs from generate's by one
 unit in the last place on some rows until the inputs are copied first).

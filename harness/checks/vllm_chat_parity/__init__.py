@@ -8,7 +8,7 @@ Skipped in cells without vLLM. Verdicts (each records the engine it compared aga
   in the releases read, 0.28 and 0.32);
 - tool-calls-malformed: on malformed and hostile outputs both parsers give the same result, and
   neither evaluates the text (a value that is Python code would create a sentinel file). The trainer's
-  parser behaves as verl's Qwen3XMLToolParser on these (tests/unit/trainers/patches/test_tool_parser_verl.py),
+  parser behaves as verl's Qwen3XMLToolParser on these (tests/unit/trainers/patches/test_tool_parser.py),
   so each mismatch, recorded with its input and both outputs, says where verl's parser and vLLM's differ;
   the matrices declare this verdict a comparison with vLLM's parser ([[standing]]), so the cases every
   vLLM release shares are one standing finding in the report;

@@ -1,4 +1,4 @@
-"""Check nested-chunking: evidence is recorded at every level, the trainer level passes, and the
+"""Check nested-chunking: an outcome is recorded at every level, the trainer level passes, and the
 check FAILS (by values) when the trainer's chunk function truncates, flips the ragged dim or
 drops max_seqlen. What upstream torch/tensordict do is not hard-coded: it differs by version."""
 from __future__ import annotations
@@ -22,13 +22,13 @@ REAL_CHUNKER = data.chunk_tensordict  # the broken chunkers below start from the
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
     res = nested_chunking.run(CheckOptions(work_dir=tmp_path_factory.mktemp("nc")))
-    # The evidence table for this torch/tensordict, visible with -s (and kept in the JSON result).
+    # The outcome table for this torch/tensordict, visible with -s (and kept in the JSON result).
     print(f"\ntorch {res.metrics['torch']} tensordict {res.metrics['tensordict']}: {res.status.value}")
     print(nested_chunking.outcome_table(res))
     return res
 
 
-def test_trainer_level_passes_and_evidence_is_recorded(result):
+def test_trainer_level_passes_and_every_level_is_recorded(result):
     assert result.status in (Status.PASS, Status.AFFECTED), result.message
     assert result.metrics["torch"] == torch.__version__
     assert result.metrics["tensordict"]
@@ -36,7 +36,7 @@ def test_trainer_level_passes_and_evidence_is_recorded(result):
     assert set(table) == set(FAMILIES)
     for name, levels in table.items():
         assert set(levels) == {"torch", "tensordict", "trainer"}
-        assert levels["tensordict"], name  # every family has tensordict evidence
+        assert levels["tensordict"], name  # every family has tensordict outcomes
         if FAMILIES[name].transform != "consolidate+pickle":
             assert levels["torch"], name  # raw torch has no consolidate(): that family is n/a there
         for level in ("torch", "tensordict", "trainer"):
@@ -45,9 +45,9 @@ def test_trainer_level_passes_and_evidence_is_recorded(result):
         assert set(levels["trainer"].values()) == {"ok"}, (name, levels["trainer"])
     trainer = [v for v in result.verdicts if v.name.endswith("/trainer")]
     assert len(trainer) == len(FAMILIES) + 1 and all(v.status is Status.PASS for v in trainer)  # + grpo-update
-    evidence = [v for v in result.verdicts if not v.name.endswith("/trainer")]
-    assert all(v.status in (Status.PASS, Status.AFFECTED) for v in evidence)
-    expected = Status.AFFECTED if any(v.status is Status.AFFECTED for v in evidence) else Status.PASS
+    upstream = [v for v in result.verdicts if not v.name.endswith("/trainer")]
+    assert all(v.status in (Status.PASS, Status.AFFECTED) for v in upstream)
+    expected = Status.AFFECTED if any(v.status is Status.AFFECTED for v in upstream) else Status.PASS
     assert result.status is expected
     # The result survives serialisation, as the cell runner stores it.
     assert CheckResult.from_dict(json.loads(json.dumps(result.to_dict()))).metrics["table"] == table

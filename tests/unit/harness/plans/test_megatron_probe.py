@@ -43,8 +43,8 @@ def _with_layer(monkeypatch, layer_class):
 @needs_mcore
 def test_a_release_that_refuses_packed_input_fails_remove_padding(tmp_path, monkeypatch):
     _with_layer(monkeypatch, RefusesPacked)
-    refuses, evidence = megatron_probe.gdn_refuses_packed()
-    assert refuses is True and "NotImplementedError" in evidence
+    refuses, why = megatron_probe.gdn_refuses_packed()
+    assert refuses is True and "NotImplementedError" in why
     found = rules.check(load_plan(write_plan(tmp_path, batch__remove_padding=True)))
     assert [f for f in found if f.field == "batch.remove_padding" and f.status == rules.FAIL]
 
@@ -53,9 +53,9 @@ def test_a_release_that_refuses_packed_input_fails_remove_padding(tmp_path, monk
 def test_a_release_that_takes_packed_input_outside_deterministic_mode_allows_it_and_says_what_it_needs(
         tmp_path, monkeypatch):
     _with_layer(monkeypatch, PackedOutsideDeterministicMode)
-    refuses, evidence = megatron_probe.gdn_refuses_packed()
-    assert refuses is False and "went on to _resolve_cu_seqlens" in evidence
-    assert "in deterministic_mode it refuses" in evidence and "deterministic_mode off" in evidence
+    refuses, why = megatron_probe.gdn_refuses_packed()
+    assert refuses is False and "went on to _resolve_cu_seqlens" in why
+    assert "in deterministic_mode it refuses" in why and "deterministic_mode off" in why
     found = rules.check(load_plan(write_plan(tmp_path, batch__remove_padding=True)))
     packed = [f for f in found if f.field == "batch.remove_padding"]
     assert packed and packed[0].status == rules.OK and "deterministic_mode" in packed[0].message

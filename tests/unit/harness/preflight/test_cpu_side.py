@@ -13,6 +13,7 @@ from wheel_helpers import offline_index, wheel
 
 from harness import checks, cli, matrix
 from harness.checks import CheckSpec
+from harness.execution import forkclient, runner
 from harness.preflight import cpu_side as cpuside
 from harness.report.build import build_report
 from harness.report.pipeline import render
@@ -84,7 +85,12 @@ def _here(cell, log):
     return cpuside.CpuSideEnv(Path(sys.prefix), "CPU pre-flight in a test"), "torch==9.0.0\n"
 
 
-def test_only_checks_that_need_no_accelerator_run_and_each_is_marked(mini, tmp_path):
+def test_only_checks_that_need_no_accelerator_run_and_each_is_marked(mini, tmp_path, monkeypatch):
+    # The probes import no torch: the cell's check server preloads the check entry alone (seconds, not the
+    # half-minute of torch and transformers); its checks are still forked from it.
+    init = forkclient.CheckProcesses.__init__
+    monkeypatch.setattr(forkclient.CheckProcesses, "__init__",
+                        lambda self, *args, **kwargs: init(self, *args, **{**kwargs, "preload": (runner.ENTRY,)}))
     m, probes = mini
     cells = m.select(tags=["cpu-side"])
     assert [c.id for c in cells] == [CELL]
@@ -108,6 +114,7 @@ def test_only_checks_that_need_no_accelerator_run_and_each_is_marked(mini, tmp_p
     assert result.axes["device"] == "cuda" and result.environment["cpu_side"] is True
     assert result.lock == f"cpu-side/cells/{CELL}/lock.txt" and (out / result.lock).is_file()
     assert by_name["cpu-probe"].log.startswith("cpu-side/cells/") and (out / by_name["cpu-probe"].log).is_file()
+    assert "check server ready" in (out / "cpu-side" / "cells" / CELL / "logs" / "setup.log").read_text()  # forked
     written = json.loads((out / "cpu-side" / "cells" / f"{CELL}.json").read_text())
     assert written["environment"]["preflight"] == "installs" and written["axes"]["device"] == "cuda"
 
@@ -141,9 +148,9 @@ def test_the_report_shows_the_origin_until_a_runner_result_replaces_it(tmp_path)
     assert entries["bridge-parity"].origin is None
     # A failed CPU-side verdict is rerun by the CPU pre-flight of that cell, not by `repro` on the cell's GPU.
     assert entries["vllm-chat-parity"].repro == f"python -m harness cpu-side matrices/cuda.toml --cells {cell.id}"
-    assert "on the cell's exact wheels" in row.environment["evidence"]
+    assert "on the cell's exact wheels" in row.environment["origin"]
     assert row.axes[report.axes.index("device")] == "cuda"
-    # A CPU-side row is no evidence either way for the passing ranges (its failure is on CPU, not the runner).
+    # A CPU-side row counts for neither side of the passing ranges (its failure is on CPU, not the runner).
     assert not any(r.tested for r in report.ranges)
     html = render(report, "html")
     assert '<div class="ex">from CPU pre-flight</div>' in html and '<div class="ex">awaits a runner</div>' in html
@@ -159,7 +166,7 @@ def test_the_report_shows_the_origin_until_a_runner_result_replaces_it(tmp_path)
     assert len(cells) == 1 and cells[0].checks[0].message == "ran on the GPU runner"
     [row] = build_report(cells).rows
     assert all(e.origin is None for e in row.entries.values())
-    assert "CPU pre-flight" not in row.environment.get("evidence", "")
+    assert "CPU pre-flight" not in row.environment.get("origin", "")
 
 
 def test_a_constraint_of_this_machine_that_rules_a_cell_out_is_named(mini, tmp_path, monkeypatch, capsys):

@@ -1,10 +1,12 @@
 """Building the report (build.py): rows, columns and their order, the summary, duplicates, known failures of
-checks that did not run, plain entries, and the paused garbage collector."""
+checks that did not run, plain entries, the paused garbage collector, a row's install order (numbered, escaped),
+and the repro command a row shows (plain ids as they are, anything else quoted so a shell gets the words back)."""
 from __future__ import annotations
 
 import datetime as dt
 import gc
 import random
+import shlex
 from types import SimpleNamespace
 
 import pytest
@@ -15,13 +17,14 @@ from harness.execution.cell import apply_known_failures
 from harness.matrix.rules import KnownFailure, Selector
 from harness.report import build
 from harness.report.build import build_report
+from harness.report.build import repro_command as command
 from harness.report.html.details import href
 from harness.report.html.page import to_html
 from harness.report.json_files import to_json
 from harness.report.markdown import to_markdown
 from harness.report.model import STATUS_LETTERS, STATUS_SYMBOLS
 from harness.report.synthetic import synthetic_cells
-from harness.results.records import CheckResult, Status
+from harness.results.records import CellResult, CheckResult, Status
 
 
 def test_rows_sort_versions_numerically_and_axes_in_order():
@@ -160,3 +163,43 @@ def test_the_collector_is_enabled_again_when_building_fails(monkeypatch):
     with pytest.raises(RuntimeError):
         build_report(synthetic_cells(5, seed=1))
     assert gc.isenabled()
+
+
+def test_the_report_numbers_a_rows_install_order_and_escapes_it():
+    steps = ["in the image quay.io/ascend/cann:9.1.0-a3-ubuntu22.04-py3.12:", "uv pip install torch==2.10.0",
+             "VLLM_TARGET_DEVICE=empty uv pip install --no-binary vllm vllm==0.23.0 <script>alert(1)</script>"]
+    cell = CellResult("npu", "c1", {"backend": "fsdp", "model": "text", "transformers": "5.5.4"},
+                      checks=[CheckResult("stack-smoke", Status.PASS, "ok")], environment={"install": steps})
+    report = build_report([cell])
+    assert report.rows[0].environment["install"].startswith(f"1. {steps[0]} 2. {steps[1]} 3. VLLM_TARGET_DEVICE")
+    page = to_html(report)
+    assert "install: 1. in the image quay.io/ascend/cann:9.1.0-a3-ubuntu22.04-py3.12: 2. uv pip install" in page
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "install" not in build_report([CellResult("npu", "c2", dict(cell.axes), checks=list(cell.checks))]) \
+        .rows[0].environment  # nothing recorded: nothing shown
+
+
+# --- the repro command a row shows ---------------------------------------------------------------------
+
+HOSTILE = ["cell with spaces", "x;rm -rf ~", "$(touch pwned)", "it's", "`id`", "a\"b", "", "-leading-dash"]
+
+
+def test_a_plain_command_is_written_as_is():
+    assert command("fsdp-text-tf5.9.0-torch2.13.0", "stack-smoke") == \
+        "python -m harness repro fsdp-text-tf5.9.0-torch2.13.0 --check stack-smoke"
+    assert command("c", "x", "reports/cpu") == "python -m harness repro c --check x --dir reports/cpu"
+
+
+@pytest.mark.parametrize("word", HOSTILE)
+def test_a_shell_gets_back_exactly_the_words(word):
+    for args in ((word, "stack-smoke"), ("cell", word), ("cell", "stack-smoke", word)):
+        expected = ["python", "-m", "harness", "repro", args[0], "--check", args[1]]
+        expected += ["--dir", word] if len(args) == 3 and word else []
+        assert shlex.split(command(*args)) == expected
+        assert command(*args) == shlex.join(expected)
+
+
+def test_the_round_trip_sees_an_unquoted_word():
+    """The comparison above fails on a command that leaves a hostile word unquoted."""
+    unquoted = "python -m harness repro cell with spaces --check stack-smoke"
+    assert shlex.split(unquoted) != ["python", "-m", "harness", "repro", "cell with spaces", "--check", "stack-smoke"]

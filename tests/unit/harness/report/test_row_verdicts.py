@@ -35,7 +35,7 @@ def test_pins_that_cannot_be_installed_together_are_not_broken():
                       "row pins transformers 5.23.0")
 
 
-def test_a_runner_limit_is_not_broken_and_gives_no_evidence_to_the_ranges():
+def test_a_runner_limit_is_not_broken_and_counts_for_nothing_in_the_ranges():
     cells = [cell("5.12.1", "0.32.0", *not_installed("bridge")), ran("5.19.0", "0.32.0", parity("0.32.0")),
              ran("5.16.1", "0.32.0", parity("0.32.0"))]
     report = build_report(cells)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.report.build import build_report
 from harness.results.records import CellResult, CheckResult, Source, Status, write_json_atomic
 from harness.results.sources import FOLDERS, load_results
 
@@ -48,10 +49,25 @@ def test_a_source_named_in_the_file_is_kept_and_a_missing_one_is_the_folders(tmp
     assert "source" not in json.loads((tmp_path / "cells" / "unnamed.json").read_text())
 
 
-def test_the_committed_results_load_with_their_folders_source():
+def test_the_committed_results_load_with_their_folders_source_and_origin_line():
     reports = Path(__file__).resolve().parents[4] / "reports" / "cuda"
     cells, problems = load_results(reports)
     assert cells and problems == [] and {c.source for c in cells} == {Source.CPU_SIDE}
+    # Their files name the origin line `evidence`: read as `origin`, the one key the report shows.
+    assert all(c.environment["origin"].startswith("CPU pre-flight") and "evidence" not in c.environment
+               for c in cells)
+
+
+def test_the_origin_line_is_read_under_either_key_and_shown_once(tmp_path):
+    write(tmp_path, Source.RUNNER, "new", origin="offline run on the box's own Python")
+    write(tmp_path, Source.RUNNER, "old", evidence="CPU pre-flight on 2026-11-27")
+    write(tmp_path, Source.RUNNER, "none")
+    cells, problems = load_results(tmp_path)
+    assert problems == [] and {c.cell_id: c.environment for c in cells} == {
+        "new": {"origin": "offline run on the box's own Python"}, "old": {"origin": "CPU pre-flight on 2026-11-27"},
+        "none": {}}
+    [row] = build_report([c for c in cells if c.cell_id == "old"]).rows
+    assert row.environment["origin"] == "CPU pre-flight on 2026-11-27" and "evidence" not in row.environment
 
 
 def test_an_unreadable_file_of_any_source_is_one_problem_line_named_by_its_folder(tmp_path):

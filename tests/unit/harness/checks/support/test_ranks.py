@@ -1,6 +1,6 @@
 """How the checks start ranks: the one torchrun launcher stops a job past its time with every process it
 started, and a job is terminated when the check that started it dies (so no rank outlives a killed check);
-ranks are forked only from a process without native threads (forked ranks: tests/e2e/test_forked_ranks.py)."""
+(forked ranks, and forking only from a process without native threads: tests/e2e/test_forked_ranks.py)."""
 from __future__ import annotations
 
 import os
@@ -98,31 +98,3 @@ def test_the_job_is_terminated_when_the_check_that_started_it_dies(tmp_path):
     process.wait()
     _wait_for(marker, 10)
     assert marker.exists() and marker.read_text() == "SIGTERM"
-
-
-NATIVE_POOL = """
-import json, threading, torch
-from harness.checks.support import ranks as forked_ranks
-before = (forked_ranks.native_threads(), forked_ranks.fork_safe())
-python_thread = threading.Thread(target=threading.Event().wait, daemon=True)
-python_thread.start()  # a Python thread (a test runner's) does not make forking unsafe
-with_python_thread = forked_ranks.fork_safe()
-torch.set_num_threads(2)
-torch.ones(512, 512) @ torch.ones(512, 512)  # starts an OpenMP pool: native threads a fork drops
-print(json.dumps({"before": before, "python": with_python_thread,
-                  "after": (forked_ranks.native_threads(), forked_ranks.fork_safe())}))
-"""
-
-
-def test_ranks_are_forked_only_from_a_process_without_native_threads():
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # no pool at import: the test starts one
-    done = subprocess.run([sys.executable, "-c", NATIVE_POOL], capture_output=True, text=True, env=env, check=True,
-                          cwd=ROOT)
-    seen = json.loads(done.stdout)
-    assert seen["before"] == [0, True] and seen["python"] is True
-    assert seen["after"][0] >= 1 and seen["after"][1] is False

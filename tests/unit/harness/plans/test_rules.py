@@ -74,10 +74,10 @@ def test_uneven_pipeline_stages_fix_an_indivisible_split(tmp_path):
 
 @needs_mcore
 def test_packed_sequences_with_gdn_follow_the_installed_layer(tmp_path):
-    refuses, evidence = megatron_probe.gdn_refuses_packed()
+    refuses, why = megatron_probe.gdn_refuses_packed()
     found = findings(tmp_path, batch__remove_padding=True)
     if refuses:  # megatron-core 0.16 / 0.17
-        assert failed(found, "batch.remove_padding") and "packed" in evidence
+        assert failed(found, "batch.remove_padding") and "packed" in why
     else:
         assert not failed(found, "batch.remove_padding")
 

@@ -1,120 +1,16 @@
-"""The HF rollout engine: its log-probs equal the trainer's recomputation; samples do not
-depend on the batch they are drawn in; vLLM is refused clearly when absent."""
-import importlib.util
+"""trainers.rollout.cached_decode: the HF engine's decode loop over the model's cache gives generate's tokens and
+log-probs, prefills each prompt once, leaves what it cannot do to generate, and a loop that disagrees with
+generate (checked on the first batch when asked) stops the run."""
 import random
 
 import pytest
 import torch
 
 models = pytest.importorskip("trainers.models")
+from qwen35_helpers import model_or_skip  # noqa: E402
+
 from trainers.grpo.tasks import make_task  # noqa: E402
-from trainers.rollout import HFRollout, left_pad, make_rollout  # noqa: E402
-
-
-def _model(kind="text"):
-    try:
-        return models.build_model(kind, seed=0)
-    except models.Qwen35Unavailable as exc:
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
-
-
-@pytest.mark.parametrize("kind", ["text", "moe"])
-def test_logprobs_match_recomputation_with_left_padding(kind):
-    from trainers.fsdp.train import response_logprobs
-
-    model = _model(kind)
-    prompts = make_task("target-set").prompts(4, random.Random(0))
-    prompts[1], prompts[2] = prompts[1][:2], prompts[2][:4]  # ragged: left padding in play
-    engine = HFRollout(model)
-    batch = engine.generate(prompts, max_new_tokens=6, temperature=0.7, seed=3)
-    assert batch.logprobs.shape == batch.response_mask.shape == (4, 6)
-    with torch.no_grad():
-        recomputed, _ = response_logprobs(model, batch, temperature=0.7)
-    assert torch.allclose(recomputed, batch.logprobs, atol=1e-5)
-    assert float(batch.logprobs.abs().sum()) > 0
-    # at another temperature the log-probs differ: the engine really applies its temperature
-    with torch.no_grad():
-        other, _ = response_logprobs(model, batch, temperature=1.0)
-    assert not torch.allclose(other, batch.logprobs, atol=1e-3)
-
-
-def test_samples_do_not_depend_on_the_batch_and_sync_changes_them():
-    model = _model()
-    prompts = make_task("target-set").prompts(3, random.Random(1))
-    engine = HFRollout(model)
-    full = engine.generate(prompts, 5, 1.0, seed=[10, 11, 12])
-    alone = engine.generate(prompts[1:2], 5, 1.0, seed=[11])
-    assert torch.equal(full.response_ids[1:2], alone.response_ids)
-    assert engine.generate(prompts, 5, 1.0, seed=[10, 11, 12]).responses() == full.responses()
-    changed = _model()
-    with torch.no_grad():
-        changed.lm_head.weight.mul_(50.0)
-    engine.sync_weights(changed)
-    assert not torch.equal(engine.generate(prompts, 5, 1.0, seed=[10, 11, 12]).logprobs, full.logprobs)
-
-
-def test_eos_masks_the_rest_of_the_response():
-    model = _model()
-    engine = HFRollout(model, eos_token_id=2)
-    with torch.no_grad():  # make EOS overwhelmingly likely
-        engine.model.lm_head.weight.zero_()
-        engine.model.lm_head.weight[2] = 10.0 * torch.sign(torch.randn(model.config.hidden_size))
-    batch = engine.generate([[5, 6, 7]] * 2, 4, 1.0, seed=0)
-    for row in range(2):
-        ends = batch.response_mask[row].tolist()
-        assert ends[0] == 1 and sum(ends) <= 4 and ends == sorted(ends, reverse=True)
-        assert float(batch.logprobs[row][batch.response_mask[row] == 0].abs().sum()) == 0.0
-
-
-def test_left_pad_and_engine_choice():
-    ids, mask = left_pad([[5], [6, 7, 8]], pad_id=0)
-    assert ids.tolist() == [[0, 0, 5], [6, 7, 8]] and mask.tolist() == [[0, 0, 1], [1, 1, 1]]
-    with pytest.raises(ValueError):
-        make_rollout("sglang", torch.nn.Linear(1, 1))
-    if importlib.util.find_spec("vllm") is None:
-        with pytest.raises(RuntimeError):
-            make_rollout("vllm", _model(), model_dir=".")
-
-
-def test_a_model_without_linear_attention_still_rolls_out_with_exact_logprobs():
-    # Qwen3.5's stock cache rejects such a model in transformers 5.3 to 5.9; the engine then decodes
-    # without a cache. Either way its log-probs must equal the trainer's recomputation.
-    import torch
-
-    from trainers.fsdp.train import response_logprobs
-    from trainers.models import build_model
-    from trainers.rollout import HFRollout
-
-    model = build_model("text", {"layer_types": ["full_attention"] * 4}, seed=0)
-    engine = HFRollout(model)
-    batch = engine.generate([[5, 6, 7], [8, 9]], 6, 1.0, seed=3)
-    with torch.no_grad():
-        recomputed, _ = response_logprobs(model, batch, 1.0)
-    assert float(((recomputed - batch.logprobs) * batch.response_mask).abs().max()) < 1e-5
-    assert engine.use_cache == (engine.cache_error is None)
-
-
-def test_sync_copies_every_weight_in_place_and_refuses_a_mismatched_state():
-    model, other = _model(), _model()
-    with torch.no_grad():
-        for parameter in other.parameters():
-            parameter.add_(torch.randn_like(parameter))
-    engine = HFRollout(model)
-    for _ in range(2):  # the second sync goes through the kept tensors
-        engine.sync_weights(other.state_dict())
-        for name, tensor in other.state_dict().items():
-            assert torch.equal(engine.model.state_dict()[name], tensor), name
-    wrong_shape = {**other.state_dict(), "lm_head.weight": torch.zeros(3, 3)}
-    with pytest.raises(RuntimeError, match="lm_head.weight"):
-        engine.sync_weights(wrong_shape)
-    missing = {k: v for k, v in other.state_dict().items() if k != "lm_head.weight"}
-    with pytest.raises(RuntimeError, match="lm_head.weight"):
-        engine.sync_weights(missing)
+from trainers.rollout import HFRollout, make_rollout  # noqa: E402
 
 
 @pytest.mark.versions  # the inputs generate gives the model differ by release: nox -s tests-affected runs 5.3.0
@@ -122,7 +18,7 @@ def test_sync_copies_every_weight_in_place_and_refuses_a_mismatched_state():
 def test_the_cached_decode_loop_gives_generates_tokens_and_logprobs(kind, temperature, with_eos):
     from trainers.rollout import cached_decode
 
-    model = _model(kind)
+    model = model_or_skip(kind)
     prompts = make_task("target-set").prompts(6, random.Random(1))
     prompts[1], prompts[4] = prompts[1][:2], prompts[4][:3]  # ragged: left padding in play
     eos = None
@@ -155,7 +51,7 @@ def test_the_cached_decode_loop_gives_generates_tokens_and_logprobs(kind, temper
 def test_rows_of_one_prompt_are_prefilled_once_and_decode_as_generate_does(kind, monkeypatch):
     from trainers.rollout import cached_decode
 
-    model = _model(kind)
+    model = model_or_skip(kind)
     base = make_task("target-set").prompts(3, random.Random(3))
     base[1] = base[1][:2]  # one group left-padded
     prompts = [p for p in base for _ in range(4)]  # GRPO's layout: each prompt's group of rows together
@@ -189,7 +85,7 @@ def test_a_cache_expanded_to_the_wrong_rows_stops_the_run(monkeypatch):
 
     real = cached_decode.expand_cache
     monkeypatch.setattr(cached_decode, "expand_cache", lambda cache, expand: real(cache, expand.roll(1)))
-    engine = make_rollout("hf", _model("text"), check="generate")
+    engine = make_rollout("hf", model_or_skip("text"), check="generate")
     prompts = [p for p in make_task("target-set").prompts(3, random.Random(3)) for _ in range(4)]
     with pytest.raises(RolloutMismatch, match="disagree on the first rollout batch"):
         engine.generate(prompts, max_new_tokens=6, temperature=1.0, seed=4)
@@ -198,16 +94,15 @@ def test_a_cache_expanded_to_the_wrong_rows_stops_the_run(monkeypatch):
 def test_the_cached_decode_loop_leaves_the_vl_model_and_custom_generation_configs_to_generate():
     from trainers.rollout import cached_decode
 
-    text = _model("text")
+    text = model_or_skip("text")
     assert cached_decode.applies_to(text, ["linear_attention", "full_attention"])
     text.generation_config.repetition_penalty = 1.3  # generate would add a processor the loop does not have
     assert not cached_decode.applies_to(text, ["linear_attention", "full_attention"])
-    assert not cached_decode.applies_to(_model("vl"), ["linear_attention", "full_attention"])
+    assert not cached_decode.applies_to(model_or_skip("vl"), ["linear_attention", "full_attention"])
 
 
 def test_the_first_batch_is_checked_against_generate_once_when_asked():
-
-    model = _model("text")
+    model = model_or_skip("text")
     prompts = make_task("target-set").prompts(4, random.Random(2))
     engine = make_rollout("hf", model, check="generate")
     first = engine.generate(prompts, max_new_tokens=6, temperature=1.0, seed=1)
@@ -235,16 +130,7 @@ def test_a_decode_loop_that_disagrees_with_generate_stops_the_run(monkeypatch, b
         return sequences, logits
 
     monkeypatch.setattr(cached_decode, "decode", wrong)
-    engine = make_rollout("hf", _model("text"), check="generate")
+    engine = make_rollout("hf", model_or_skip("text"), check="generate")
     prompts = make_task("target-set").prompts(4, random.Random(2))
     with pytest.raises(RolloutMismatch, match="disagree on the first rollout batch"):
         engine.generate(prompts, max_new_tokens=6, temperature=1.0, seed=1)
-
-
-def test_a_rollout_check_needs_the_hf_engine():
-    from trainers.fsdp.config import TrainConfig
-
-    with pytest.raises(ValueError, match="rollout_check='generate' compares the hf engine"):
-        TrainConfig(rollout="vllm", rollout_check="generate").validate()
-    with pytest.raises(ValueError, match="rollout_check='always'"):
-        TrainConfig(rollout_check="always").validate()

@@ -85,7 +85,7 @@ def test_the_report_shows_them_marked_until_a_runner_result_replaces_them(prefli
     assert not problems and {c.cell_id for c in cells} == {BASE, CONFLICT, SOURCE, PLATFORM}
     report = build_report(cells)
     row = next(r for r in report.rows if BASE in r.cells)
-    assert "CPU pre-flight" in row.environment["evidence"]
+    assert "CPU pre-flight" in row.environment["origin"]
     assert all(e.status is Status.SKIP and "awaits a GPU runner" in e.message for e in row.entries.values())
     assert all(e.origin == "awaits a runner" for e in row.entries.values())
     conflict = next(r for r in report.rows if CONFLICT in r.cells)
@@ -99,7 +99,7 @@ def test_the_report_shows_them_marked_until_a_runner_result_replaces_them(prefli
     assert kinds[PLATFORM].kind == "runner"
     assert kinds[BASE].kind == "awaits" and kinds[BASE].reason.startswith("no check has run yet: awaits a GPU runner")
     assert kinds[SOURCE].kind == "awaits" and "needs a build on the runner" in kinds[SOURCE].reason
-    # A cell that only installs is no evidence of support: the ranges count no passing combination.
+    # A cell that only installs does not show support: the ranges count no passing combination.
     assert all(not r.passing for r in report.ranges)
 
     runner = CellResult("mini", BASE, {"backend": "fsdp", "model": "text", "device": "cuda", "torch": "9.0.0",

@@ -114,3 +114,12 @@ def test_extra_keys_of_real_qwen35_configs_pass_and_typos_do_not():
     models.check_override("text", {"mamba_ssm_dtype": "float32", "head_dim": 64}, "cfg.json")
     with pytest.raises(TrainerInputError, match="unknown key 'num_hiden_layers'"):
         models.check_override("text", {"num_hiden_layers": 2}, "cfg.json")
+
+
+def test_a_rollout_check_needs_the_hf_engine():
+    from trainers.fsdp.config import TrainConfig
+
+    with pytest.raises(ValueError, match="rollout_check='generate' compares the hf engine"):
+        TrainConfig(rollout="vllm", rollout_check="generate").validate()
+    with pytest.raises(ValueError, match="rollout_check='always'"):
+        TrainConfig(rollout_check="always").validate()

@@ -1,5 +1,5 @@
 """trainers.fsdp.parallelize: which modules become FSDP2 units for the text, vl and MoE models,
-gradient checkpointing, and the error for a model that names no blocks.
+gradient checkpointing, the error for a model that names no blocks, and the one-rank sharding decision.
 
 Runs in this process on a one-rank gloo group with `shard="always"`, so fully_shard really wraps
 the modules (one rank is otherwise left unsharded). The expected unit names are written out
@@ -14,7 +14,7 @@ dist = pytest.importorskip("torch.distributed")
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
-from trainers.fsdp.parallelize import parallelize
+from trainers.fsdp.parallelize import parallelize, should_shard
 from trainers.models import Qwen35Unavailable, build_model
 from trainers.runtime.device import plan as device_plan
 
@@ -124,3 +124,14 @@ def test_a_model_without_no_split_modules_is_a_clear_error():
     blocks._no_split_modules = []  # declared but empty is the same error
     with pytest.raises(ValueError, match="_no_split_modules"):
         _shard(blocks)
+
+
+@pytest.mark.parametrize("world, offload, policy, expected", [
+    (1, False, "auto", False), (1, True, "auto", True), (2, False, "auto", True), (1, False, "always", True)])
+def test_one_rank_without_offload_is_not_sharded_unless_asked(world, offload, policy, expected):
+    assert should_shard(world, offload, policy) is expected
+
+
+def test_unknown_shard_policy_is_an_error():
+    with pytest.raises(ValueError, match="shard policy"):
+        should_shard(1, False, "sometimes")

@@ -1,0 +1,36 @@
+"""harness.benchmarks.matrix: the flag probe, the CPU shares, and a selection that matches nothing (the breakdown
+of a run: test_phases.py; the bench itself: tests/e2e/test_matrix_bench.py)."""
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.benchmarks import matrix as matrix_bench
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def test_the_flag_probe_asks_the_harness_own_parser():
+    assert matrix_bench.harness_accepts(("--jobs", "1"))
+    assert not matrix_bench.harness_accepts(("--no-such-flag",))
+    assert not matrix_bench.harness_accepts(("--timeout", "soon"))  # a value its type refuses
+    passed, lacking = matrix_bench.usable_flags((("--jobs", "1"), ("--no-such-flag",)))
+    assert passed == ["--jobs", "1"] and lacking == ["--no-such-flag"]
+
+
+def test_cpu_shares_count_steal_apart_from_busy_and_idle(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\n")
+    before = matrix_bench.cpu_times(stat)
+    stat.write_text("cpu  160 0 70 860 50 0 0 20 5 0\ncpu0 1 2 3\n")  # +60 user +20 system +60 idle +20 steal
+    assert matrix_bench.cpu_shares(before, matrix_bench.cpu_times(stat)) == {
+        "cpu_busy_percent": 50.0, "cpu_steal_percent": 12.5}
+    assert matrix_bench.cpu_times(tmp_path / "missing") is None
+    assert matrix_bench.cpu_shares(None, before) == {}
+
+
+def test_an_unknown_cell_stops_the_bench_before_it_measures(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "harness.benchmarks", "--only", "matrix", "--out",
+                           str(tmp_path / "f.json"), "--matrix-cells", "no-such-cell"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no-such-cell" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "f.json").exists()

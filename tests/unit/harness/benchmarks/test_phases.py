@@ -1,0 +1,29 @@
+"""harness.benchmarks.phases: the breakdown of a run counts only what the run did (kept and reused results cost
+nothing)."""
+from harness.benchmarks import phases
+
+
+def cell(started: str, duration: float, checks: list[dict], cell_phases: dict | None = None) -> dict:
+    return {"cell_id": "c", "started": started, "duration": duration, "checks": checks,
+            **({"phases": cell_phases} if cell_phases is not None else {})}
+
+
+def test_breakdown_counts_only_what_the_run_did():
+    ran = {"check": "a", "duration": 2.0, "status": "pass"}
+    reused = {"check": "b", "duration": 9.0, "status": "pass", "reused_from": "other-cell"}
+    first = {"c": cell("t1", 5.0, [ran, reused], {"environment": 1.0, "capture": 0.5, "imports": 0.25})}
+    done = phases.breakdown({}, first)
+    assert done["cells_run"] == 1 and done["checks_reused"] == 1
+    # capture and imports overlap: other = 5 - 1 (environment) - 0.5 (the longer of the two) - 2 (check a)
+    assert done["phases_s"] == {"environment": 1.0, "capture": 0.5, "imports": 0.25, "other": 1.5}
+    assert done["checks"]["a"] == {"seconds": 2.0, "ran": 1, "reused": 0, "kept": 0}
+    assert done["checks"]["b"]["seconds"] == 0.0  # a reused result cost nothing in this run
+
+    warm = phases.breakdown(first, first)  # the file kept its start time: reused whole
+    assert (warm["cells_run"], warm["cells_kept"], warm["phases_s"]) == (0, 1, {})
+    assert warm["checks"]["a"]["kept"] == 1 and warm["checks"]["a"]["seconds"] == 0.0
+
+    rerun_b = {"c": cell("t2", 3.0, [ran, {**reused, "reused_from": None, "duration": 3.0}])}
+    partial = phases.breakdown(first, rerun_b)  # a kept from the earlier run, b run again; no phases recorded
+    assert partial["checks"]["a"]["kept"] == 1 and partial["checks"]["b"]["ran"] == 1
+    assert partial["phases_s"] == {"other": 0.0}

@@ -1,0 +1,26 @@
+"""trainers.fully_async.weights: the publisher hands out exact versions, as copies, and only the newest it
+keeps."""
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainers.fully_async.weights import WeightPublisher  # noqa: E402
+
+
+def test_publisher_hands_out_exact_versions_as_copies():
+    publisher, stop = WeightPublisher(keep=2), threading.Event()
+    assert publisher.wait_for(0, stop) is None  # the engine's own initial weights
+    weights = {"w": torch.zeros(2)}
+    publisher.publish(1, weights)
+    weights["w"] += 5  # the trainer keeps updating its tensors in place
+    assert torch.equal(publisher.wait_for(1, stop)["w"], torch.zeros(2))
+    publisher.publish(2, {"w": torch.ones(2)})
+    publisher.publish(3, {"w": torch.full((2,), 3.0)})
+    with pytest.raises(ValueError, match="dropped"):
+        publisher.wait_for(1, stop)  # only the newest `keep` versions are held
+    with pytest.raises(ValueError):
+        publisher.publish(3, {"w": torch.ones(2)})
+    stop.set()
+    assert publisher.wait_for(7, stop) is None  # not published yet and stopping: no hang
