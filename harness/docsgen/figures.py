@@ -56,7 +56,7 @@ def _number(value, unit: str) -> str:
     if value is None:
         return "not measured"
     # A figure that is no finite number, or below 0 (every figure here is a time, size, rate or ratio), came from
-    # a file edited by hand or written before its figures were checked: said to be unusable, not shown as measured.
+    # a file edited by hand or merged without the evidence checks: said to be unusable, not shown as measured.
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         return "unusable (not a finite number of at least 0)"
     if unit == "bytes":

@@ -108,12 +108,8 @@ def check_releases(m: matrix.Matrix, cells: list[matrix.Cell]) -> None:
     """A release the cells pin that the index does not have is bad input (exit 2, as `run` says it), not a cell
     that cannot be installed together. An index that does not answer leaves it to the resolver (its cells are
     "pre-flight failed")."""
-    wanted: dict[str, set[str]] = {}
-    for cell in cells:
-        for dist, version in cell.pinned_releases().items():
-            wanted.setdefault(dist, set()).add(version)
     try:
-        index.check_releases(wanted, m.locate)
+        index.check_cells(cells, m.locate)
     except EnvironmentMissing as exc:
         print(f"warning: the pinned releases were not checked: {str(exc).split('; ')[0]}", file=sys.stderr)
 
