@@ -8,9 +8,12 @@ import signal
 import sys
 from collections.abc import Callable
 
-# Exit statuses that are not errors: every verb ends with DONE when it did its work (check failures are in
-# the report, not the status); Ctrl-C or SIGTERM ends a run with INTERRUPTED, finished cell files kept.
+# Exit statuses that are not errors: every verb ends with DONE when it did its work (a run's check failures are
+# in the report, not the status); `check` and `repro`, which run one check and print its result, end with
+# CHECK_FAILED when it failed (fail, error, crash, timeout); Ctrl-C or SIGTERM ends a run with INTERRUPTED,
+# finished cell files kept.
 DONE = 0
+CHECK_FAILED = 1
 INTERRUPTED = 130
 
 

@@ -59,7 +59,7 @@ def run_side(name: str, settings: dict, work: Path, reference: dict, cap: float)
     stem = work / f"{name}-seed{settings['seed']}"
     settings_file, clock_file, metrics, log = (Path(f"{stem}{s}") for s in (".json", ".clock.jsonl",
                                                                           ".metrics.jsonl", ".log"))
-    settings_file.write_text(json.dumps({**settings, "metrics": str(metrics)}), encoding="utf-8")
+    write_json_atomic(settings_file, {**settings, "metrics": str(metrics)})
     run = run_capped([sys.executable, "-m", "harness.benchmarks.async_grpo", "--worker",
                       str(settings_file), str(clock_file)], {**os.environ, **THREAD_ENV}, log, cap)
     steps = [json.loads(line) for line in clock_file.read_text().splitlines() if line.strip()] \

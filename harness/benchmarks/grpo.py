@@ -132,7 +132,7 @@ def run_side(side: str, python: str, env: dict[str, str], work: Path, settings: 
     """One side in its own process; its figures from its step log and its resource usage."""
     stem = work / f"{side}-seed{settings['seed']}"
     settings_file, metrics, log = (Path(f"{stem}{suffix}") for suffix in (".settings.json", ".jsonl", ".log"))
-    settings_file.write_text(json.dumps(settings), encoding="utf-8")
+    write_json_atomic(settings_file, settings)
     worker = ["harness.benchmarks.trl"] if side == "trl" else ["harness.benchmarks.grpo", "--worker"]
     run = run_capped([python, "-m", *worker, "--settings", str(settings_file), "--metrics", str(metrics)],
                      env, log, cap)

@@ -27,10 +27,12 @@ from pathlib import Path
 
 from harness import matrix
 from harness.envs import cellenv, envinfo
-from harness.errors import HarnessError, InputError
+from harness.errors import InputError, exit_status
+from harness.files import file_problem
 from harness.results.records import write_json_atomic
 
 from . import matrix as matrix_bench
+from .evidence import EVIDENCE_KEY, evidence_figures, figures_file
 
 ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 
@@ -187,40 +189,6 @@ def bench_families_in_a_cell(cell_id: str, work: Path) -> dict:
                        for c in cell.get("checks", [])}}
 
 
-def _earlier_figures(path: Path) -> dict:
-    """The file's figures from earlier runs (a bench of one part keeps the others'); {} when unreadable."""
-    try:
-        earlier = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return earlier if isinstance(earlier, dict) else {}
-
-
-EVIDENCE_KEY = "grpo_vs_trl_evidence"  # figures.json's group for an offline evidence run's GRPO against TRL
-
-
-def evidence_figures(results: Path) -> dict:
-    """An offline evidence run's GRPO-against-TRL record (RESULTS/benchmarks/grpo-vs-trl.json, written on the box)
-    as a figures.json group: its figures with the date and the machine (GPU, driver, torch) it was measured on, or
-    the reason it did not run."""
-    path = Path(results) / "benchmarks" / "grpo-vs-trl.json"
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"--from-evidence {results}: no benchmark record ({path.name}: {exc})") from None
-    figures = record.get("figures") or {}
-    device = figures.get("device") or {}
-    if record.get("device") == "cpu":
-        raise InputError(f"--from-evidence {results}: {path.name} was measured on cpu (a dry run of the evidence "
-                           "run), not on the box's accelerator; its figures do not go into the GPU row")
-    machine = ", ".join(str(part) for part in (", ".join(device.get("devices") or []) or device.get("cpu"),
-                                               device.get("driver") and f"driver {device['driver']}",
-                                               device.get("torch") and f"torch {device['torch']}") if part)
-    return {**figures, "status": record.get("status"), "reason": record.get("reason"),
-            "date": figures.get("date", record.get("date")), "machine": machine or "unknown",
-            "source": f"{path.parent.parent.name}/benchmarks/{path.name}"}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench/figures.json"))
@@ -238,21 +206,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-evidence", type=Path, default=None, metavar="RESULTS",
                         help="measure nothing: merge an offline evidence run's GRPO-against-TRL record into the file")
     args = parser.parse_args(argv)
+    return exit_status(lambda: _measure(args))
+
+
+def _measure(args: argparse.Namespace) -> int:
+    """The figures asked for, merged into --out. The file is checked first: one that does not parse is refused
+    before anything is measured and left as it is."""
+    problem = file_problem("--out", args.out)
+    if problem:
+        raise InputError(problem)
+    figures_file(args.out)
     if args.from_evidence is not None:
-        try:
-            group = evidence_figures(args.from_evidence)
-        except HarnessError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return exc.exit_code
-        write_json_atomic(args.out, {**_earlier_figures(args.out), EVIDENCE_KEY: group})
+        group = evidence_figures(args.from_evidence)
+        write_json_atomic(args.out, {**figures_file(args.out), EVIDENCE_KEY: group})
         print(f"{args.out}: {EVIDENCE_KEY} from {group['source']} ({group['status']}, {group['machine']}, "
               f"{group['date']})")
         return 0
-    try:  # a cell id or tag that matches nothing stops the bench before anything is measured
-        matrix_slice = matrix_bench.slice_from_args(args) if args.matrix or "matrix" in args.only else None
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    # a cell id or tag that matches nothing stops the bench before anything is measured
+    matrix_slice = matrix_bench.slice_from_args(args) if args.matrix or "matrix" in args.only else None
     pins = matrix.load(ROOT / "matrices" / "cpu.toml").select(tags=["smoke"])[0].requirements
     info = envinfo.capture()
     figures: dict = {"date": dt.date.today().isoformat(), "load_average_at_start": round(os.getloadavg()[0], 1),
@@ -285,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         if matrix_slice is not None:
             figures["matrix"] = matrix_bench.run_slice(matrix_slice, args.matrix_work)
         shutil.rmtree(work / "uv-cache-cold", ignore_errors=True)
-    write_json_atomic(args.out, {**_earlier_figures(args.out), **figures})
     print(json.dumps(figures, indent=1))
+    write_json_atomic(args.out, {**figures_file(args.out), **figures})
     return 0
 
 

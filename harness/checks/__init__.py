@@ -3,7 +3,7 @@
 Check modules are imported only when they run, inside the cell's own environment, so the
 harness itself never needs torch or transformers.
 
-May import: harness.errors, harness.results, harness.plans (and, inside a cell's environment, trainers).
+May import: harness.errors, harness.files, harness.results, harness.plans (and, inside a cell's environment, trainers).
 """
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ benchmark with the machine and the date it was measured on."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from harness.docsgen.tables import ROOT, _table
@@ -54,6 +55,10 @@ def _get(group: dict, path: str):
 def _number(value, unit: str) -> str:
     if value is None:
         return "not measured"
+    # A figure that is no finite number, or below 0 (every figure here is a time, size, rate or ratio), came from
+    # a file edited by hand or merged without the evidence checks: said to be unusable, not shown as measured.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return "unusable (not a finite number of at least 0)"
     if unit == "bytes":
         return f"{value / 2**20:.1f} MiB"
     if unit == "x":

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.docsgen import figures, tables
+from harness.files import write_text_atomic
 
 ROOT = tables.ROOT
 BLOCK = re.compile(r"(<!-- generated: ([a-z-]+) -->\n)(.*?)(<!-- end generated -->)", re.S)
@@ -76,5 +77,5 @@ def stale(root: Path = ROOT) -> list[Stale]:
 def write(root: Path = ROOT) -> list[Path]:
     changed = _fresh_pages(root)
     for page, _, fresh in changed:
-        page.write_text(fresh, encoding="utf-8")
+        write_text_atomic(page, fresh)
     return [page for page, _, _ in changed]

@@ -45,8 +45,11 @@ def checks_table(link_prefix: str = "") -> str:
 
 
 def exit_status_table() -> str:
-    """0 and 130 from harness/errors.py's constants, the rest from its error classes' docstrings."""
-    rows = [[str(errors.DONE), "done", "the verb did its work; check failures are in the report, not the status"],
+    """0, 1 and 130 from harness/errors.py's constants, the rest from its error classes' docstrings."""
+    rows = [[str(errors.DONE), "done", "the verb did its work; a run's check failures are in the report, not the "
+             "status"],
+            [str(errors.CHECK_FAILED), "check failed", "`check` or `repro`: its one check failed (fail, error, crash, "
+             "timeout)"],
             *_status_rows(errors.HarnessError),
             [str(errors.INTERRUPTED), "interrupted", "Ctrl-C or SIGTERM; finished cell files are kept"]]
     return _table(["status", "meaning", "when"], rows)

@@ -3,5 +3,5 @@ forwarded to uv (pipconfig), interpreters, environment capture (envinfo), device
 recorder copied into each environment (importrecord), and a cell's container: its image and what it gets of
 this machine (container; incontainer bootstraps the harness inside it).
 
-May import: harness.errors.
+May import: harness.errors, harness.files.
 """

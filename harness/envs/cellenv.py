@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import EnvironmentMissing
+from harness.files import write_text_atomic
 
 from . import importrecord, pipconfig
 
@@ -113,7 +114,7 @@ def uv_override_args(lines, path: Path) -> list[str]:
     no arguments and no file where there are none."""
     if not lines:
         return []
-    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    write_text_atomic(path, "".join(f"{line}\n" for line in lines))
     return ["--override", str(path)]
 
 
@@ -161,7 +162,7 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
                             {**uv_env, **dict(build_env)})
             if fresh and remove:
                 _run_logged([uv, "pip", "uninstall", "--python", str(env.python), *remove], log, uv_env)
-            marker.write_text(json.dumps(wanted))
+            write_text_atomic(marker, json.dumps(wanted))
             install_import_recorder(env)
         except (SetupFailed, OSError, ValueError) as exc:
             log.flush()
@@ -185,7 +186,7 @@ def install_import_recorder(env: CellEnv) -> None:
         for path, text in ((directory / f"{importrecord.INSTALLED_AS}.py", source),
                            (directory / f"{importrecord.INSTALLED_AS}.pth", line)):
             if not path.exists() or path.read_text(encoding="utf-8") != text:
-                path.write_text(text, encoding="utf-8")
+                write_text_atomic(path, text)
 
 
 def build_from_lock(name: str, lock: Path, env_root: Path, log_path: Path, python: str | None = None) -> CellEnv:

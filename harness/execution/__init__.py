@@ -4,6 +4,6 @@ cells on a Ray cluster) -> forkclient/forkserver or runner (each check in its ow
 a timeout), with jobs (how many cells at once, their progress) and reuse of a check's result in other cells by
 what it loaded (reuse, module_providers).
 
-May import: harness.errors, harness.results, harness.checks, harness.matrix, harness.envs, harness.offline,
-harness.report.
+May import: harness.errors, harness.files, harness.results, harness.checks, harness.matrix, harness.envs,
+harness.offline, harness.report.
 """

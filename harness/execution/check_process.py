@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from harness import checks
-from harness.errors import ArgumentParser, InputError, exit_status
+from harness.errors import CHECK_FAILED, DONE, ArgumentParser, InputError, exit_status
 from harness.results.directories import directory_problem
 from harness.results.records import write_json_atomic
 
@@ -74,7 +74,8 @@ def _check_model_config(path: Path, kind: str) -> None:
 
 
 def run(args) -> int:
-    """Check the options, run the check here, write its result file (if asked) and print it; 1 if it failed."""
+    """Check the options, run the check here, write its result file (if asked) and print it; CHECK_FAILED (1) if it
+    failed."""
     if args.name not in checks.CHECKS:
         raise InputError(f"unknown check {args.name!r}; expected one of {', '.join(checks.CHECKS)}")
     spec = checks.CHECKS[args.name]
@@ -86,13 +87,14 @@ def run(args) -> int:
         _check_model_config(args.model_config, args.model)
     if args.work_dir is not None:
         check_directory("--work-dir", args.work_dir)
+    if args.max_ranks is not None and args.max_ranks < 1:
+        raise InputError(f"--max-ranks: expected a whole number of ranks, at least 1, got {args.max_ranks}")
+    # Every option is checked above: nothing is made for a check that will not run.
     work = args.work_dir or (args.result_file.parent if args.result_file else None)
     scratch = work is None
     if scratch:
         # Never litter the current directory: work files left in a checkout end up committed.
         work = Path(tempfile.mkdtemp(prefix=f"harness-check-{args.name}-"))
-    if args.max_ranks is not None and args.max_ranks < 1:
-        raise InputError(f"--max-ranks: expected a whole number of ranks, at least 1, got {args.max_ranks}")
     options = checks.CheckOptions(model=args.model, backend=args.backend, seed=args.seed, steps=args.steps,
                                   model_config=args.model_config, work_dir=work, mode=args.mode,
                                   max_ranks=args.max_ranks)
@@ -109,7 +111,7 @@ def run(args) -> int:
         print(f"{result.check}: {result.status.value} - {result.message}")
         for verdict in result.verdicts:
             print(f"  {verdict.name}: {verdict.status.value} - {verdict.message}")
-    return 1 if result.status.is_failure else 0
+    return CHECK_FAILED if result.status.is_failure else DONE
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -141,11 +141,7 @@ def check_index(run: Run) -> None:
     --no-index-check)."""
     if run.args.no_index_check:
         return
-    wanted: dict[str, set[str]] = {}
-    for cell in run.cells:
-        for dist, version in cell.pinned_releases().items():
-            wanted.setdefault(dist, set()).add(version)
-    index.check_releases(wanted, run.matrix.locate)
+    index.check_cells(run.cells, run.matrix.locate)
 
 
 def plan(run: Run) -> None:

@@ -239,14 +239,18 @@ class Progress:
             elif not reused:
                 self._write(f"[{self.done}/{self.total} done] {cell_id}: running\n")
 
-    def finished(self, cell_id: str, statuses) -> None:
+    def finished(self, cell_id: str, statuses, seconds: float | None = None) -> None:
+        """`seconds`: how long the cell itself took, where it ran elsewhere (a Ray task that waited for a node
+        before it started); else the time since `started`."""
         with self.lock:
             self.done += 1
             began = self.running.pop(cell_id, None)
             counts = Counter(s.value for s in statuses)
             summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no checks"
             now = time.monotonic()
-            took = f"cell {now - began:.0f} s, " if began is not None else ""
+            if seconds is None and began is not None:
+                seconds = now - began
+            took = f"cell {seconds:.0f} s, " if seconds is not None else ""
             line = f"[{self.done}/{self.total}] {cell_id}: {summary} ({took}{now - self.start:.0f} s elapsed)"
             if self.interactive:
                 self._write(f"\r\033[K{line}\n" + (self._bar() if self.running else ""))

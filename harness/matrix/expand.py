@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from harness.checks import CHECKS, VERDICTS, gives_verdict
@@ -30,6 +31,11 @@ TOP_KEYS = {"matrix", "axes", "include", "exclude", "tags", "runners", "known_fa
 BENCHMARK_RE = re.compile(r"^[a-z][a-z0-9-]{0,40}$")
 MATRIX_KEYS = {"name", "description", "checks", "timeout", "runner", "python", "memory_limit_mb", "offline",
                "max_ranks", "benchmarks"}
+# The numeric [matrix] keys' ranges: what `run --timeout` allows, an address-space cap that fits the system's
+# limit (bytes in 63 bits), and more ranks than any check starts.
+MAX_TIMEOUT_S = 7 * 24 * 3600
+MAX_MEMORY_MB = 2**30  # 1 PiB
+MAX_RANKS = 4096
 RULE_KEYS = {"tags": {"tag", "when"}, "runners": {"label", "when"},
              "known_failures": {"check", "verdict", "when", "reason", "link", "expires"}, "notes": {"text", "when"},
              "standing": {"check", "verdict", "ours", "upstream", "when"}}
@@ -239,6 +245,18 @@ class _Loader:
         except RecipeError as exc:  # the message names the key; the line is the `install` one
             raise InputError(f"{self.path}{_line_of(self.text, 'install')}: {exc}") from None
 
+    def excluded_pins(self, recipe: InstallRecipe, axes: dict[str, list[str]], extras: tuple[str, ...],
+                      where: str) -> None:
+        """`exclude` leaves out what the pins pull in, never a pin itself: a row without its own torch would be
+        resolved, installed and reported as something it is not."""
+        pinned = {canonicalize_name(ax.PACKAGE_AXES[a]): a for a in axes if a in ax.PACKAGE_AXES}
+        pinned.update({canonicalize_name(Requirement(r).name): "requirements" for r in extras})
+        pinned.update({canonicalize_name(name): "install" for name in recipe.pins()})
+        for name in recipe.exclude:
+            if canonicalize_name(name) in pinned:
+                raise self.error(where, f"{name!r} is pinned by the row ({pinned[canonicalize_name(name)]}); "
+                                        "exclude leaves out only what the pins require")
+
     def selector(self, table: Any, where: str) -> Selector:
         try:
             return Selector.parse(table, where)
@@ -287,21 +305,26 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
     for check in checks:
         if check not in CHECKS:
             raise ld.error("matrix.checks", f"unknown check {check!r}; expected one of {', '.join(CHECKS)}")
-    timeout = meta.get("timeout")
-    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0):
-        raise ld.error("matrix.timeout", "expected a positive number of seconds")
+    timeout = meta.get("timeout")  # TOML has nan and inf; a timer takes neither
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                                or not 0 < timeout <= MAX_TIMEOUT_S):
+        raise ld.error("matrix.timeout", f"expected seconds above 0 and at most a week ({MAX_TIMEOUT_S}), "
+                                         f"got {timeout!r}")
     python = meta.get("python")
     if python is not None and (not isinstance(python, str) or not ax.PYTHON_RE.match(python)):
         raise ld.error("matrix.python", 'expected a Python version such as "3.11" or "3.11.7"')
     memory = meta.get("memory_limit_mb")
-    if memory is not None and (not isinstance(memory, int) or isinstance(memory, bool) or memory < 256):
-        raise ld.error("matrix.memory_limit_mb", "expected a whole number of MiB, at least 256")
+    if memory is not None and (not isinstance(memory, int) or isinstance(memory, bool)
+                               or not 256 <= memory <= MAX_MEMORY_MB):
+        raise ld.error("matrix.memory_limit_mb", f"expected a whole number of MiB from 256 to {MAX_MEMORY_MB}, "
+                                                 f"got {memory!r}")
     offline = meta.get("offline", False)
     if not isinstance(offline, bool):
         raise ld.error("matrix.offline", "expected true or false")
     max_ranks = meta.get("max_ranks")
-    if max_ranks is not None and (not isinstance(max_ranks, int) or isinstance(max_ranks, bool) or max_ranks < 1):
-        raise ld.error("matrix.max_ranks", f"expected a whole number of ranks, at least 1, got {max_ranks!r}")
+    if max_ranks is not None and (not isinstance(max_ranks, int) or isinstance(max_ranks, bool)
+                                  or not 1 <= max_ranks <= MAX_RANKS):
+        raise ld.error("matrix.max_ranks", f"expected a whole number of ranks from 1 to {MAX_RANKS}, got {max_ranks!r}")
     benchmarks = meta.get("benchmarks", [])  # the names are checked by the offline run (harness.offline.benchmarks)
     if not isinstance(benchmarks, list) or not all(isinstance(b, str) and BENCHMARK_RE.match(b) for b in benchmarks):
         raise ld.error("matrix.benchmarks", f"expected a list of benchmark names, got {benchmarks!r}")
@@ -319,7 +342,9 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         entry = dict(entry)
         extras = ld.requirements(entry.pop("requirements", []), f"include[{i}].requirements")
         recipe = ld.recipe(entry.pop("install", None), f"include[{i}].install")
-        products.append(({**base, **ld.axes_table(entry, f"include[{i}]")}, (extras, recipe)))
+        axes = {**base, **ld.axes_table(entry, f"include[{i}]")}
+        ld.excluded_pins(recipe, axes, extras, f"include[{i}].install.exclude")
+        products.append((axes, (extras, recipe)))
     combos, extra_for = _expand(ld, products)  # extra_for: cell id -> (extra pins, install recipe)
     if any(derived.source_axis(v) for axes in combos.values() for v in axes.values()):  # as-pinned-by-AXIS
         derived.substitute(combos, extra_for, python, derived.lookup_for(path),
@@ -386,8 +411,9 @@ def _expand(ld: _Loader, products: list[tuple[dict, tuple]]) -> tuple[dict[str, 
                 made_by[key], added = (index, extras), added + 1
             elif made_by[key][1] != extras:
                 first = made_by[key][0]
-                raise ld.error(where[index], f"cell {ax.cell_id(dict(key))} is also made by {where[first]} "
-                                             f"({_line_of(ld.text, where[first]).strip(' ()')}) with other extra pins")
+                differ = "other extra pins" if made_by[key][1][0] != extras[0] else "another install recipe"
+                raise ld.error(where[index], f"cell {_readable_id(dict(key))} is also made by {where[first]} "
+                                             f"({_line_of(ld.text, where[first]).strip(' ()')}) with {differ}")
         if index and not added:  # products[0] is [axes]; an include that adds nothing is a mistake
             raise ld.error(where[index], "adds no cell: every combination it names is already in the matrix")
     readable = [ax.cell_id(dict(key)) for key in made_by]
@@ -401,6 +427,16 @@ def _expand(ld: _Loader, products: list[tuple[dict, tuple]]) -> tuple[dict[str, 
             raise ld.error(where[made_by[key][0]], f"two different cells would both be called {cid}")
         combos[cid], extra_for[cid] = dict(key), made_by[key][1]
     return combos, extra_for
+
+
+def _readable_id(axes: dict[str, str]) -> str:
+    """The cell's id, or before its as-pinned-by values are read (derived.py) its id without them and what they
+    will be read from: 'fsdp-text-vllm0.18.0-cuda (torch as pinned by vllm)'."""
+    pending = {a: derived.source_axis(v) for a, v in axes.items() if a in ax.PACKAGE_AXES and derived.source_axis(v)}
+    if not pending:
+        return ax.cell_id(axes)
+    known = ax.cell_id({a: v for a, v in axes.items() if a not in pending})
+    return f"{known} ({', '.join(f'{a} as pinned by {source}' for a, source in pending.items())})"
 
 
 def _label_rules(ld: _Loader, data: dict, combos: dict[str, dict[str, str]], section: str,

@@ -165,3 +165,12 @@ def check_releases(requirements: dict[str, set[str]], where: str | Callable[[str
                 newest = ", ".join(str(v) for v in sorted(available)[-3:])
                 raise InputError(f"{locate(distribution, version)}: {distribution} {version} does not exist on "
                                  f"{index.url} (newest: {newest})")
+
+
+def check_cells(cells, where: str | Callable[[str, str], str], index: PackageIndex | None = None) -> None:
+    """check_releases for every release `cells` pin (their axes, extra pins and recipe pins; a git source is none)."""
+    wanted: dict[str, set[str]] = {}
+    for cell in cells:
+        for dist, version in cell.pinned_releases().items():
+            wanted.setdefault(dist, set()).add(version)
+    check_releases(wanted, where, index)

@@ -25,6 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from harness.errors import EnvironmentMissing
+from harness.files import write_json_atomic
 
 from .index import PackageIndex, ReleaseFile
 
@@ -148,8 +149,5 @@ class MetadataSource:
         result = Declared(name, str(version), message.get("Requires-Python", python) or "",
                           tuple(message.get_all("Requires-Dist") or ()), self.index.url, self.today.isoformat(),
                           file.filename)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(result), indent=1), encoding="utf-8")
-        tmp.replace(path)
+        write_json_atomic(path, asdict(result))
         return result

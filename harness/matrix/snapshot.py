@@ -7,11 +7,12 @@ against it without the network; `matrix watch` says when it is behind the index.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sys
 from pathlib import Path
 
 from packaging.version import Version
+
+from harness.files import write_json_atomic
 
 from . import axes as ax
 from .index import PackageIndex
@@ -34,9 +35,7 @@ def releases(index: PackageIndex) -> dict[str, list[dict[str, str]]]:
 def write(path: Path = DEFAULT, index: PackageIndex | None = None, today: dt.date | None = None) -> Path:
     index = index or PackageIndex(find_links=[])  # the index alone: a local build is not a release
     data = {"index": index.url, "date": (today or dt.date.today()).isoformat(), "releases": releases(index)}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_json_atomic(path, data)
     return path
 
 

@@ -17,6 +17,7 @@ listed in comments, not written as cells.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from harness.errors import InputError
+from harness.files import file_problem, write_text_atomic
 
 from . import axes as ax
 from . import sources, symbols
@@ -198,20 +200,26 @@ def render(m: Matrix, releases: list[NewRelease], index: str, date: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def adds_cells(releases: list[NewRelease]) -> bool:
+    """Whether crossing the releases adds a cell that can be installed (a matrix file to write)."""
+    return any(c.conflict is None for r in releases if not r.superseded_by for c in r.cells)
+
+
 def write_matrix_file(path: Path, m: Matrix, releases: list[NewRelease], index: str, date: str) -> None:
-    """Written whole or not at all: a file already there stays until the new one is complete."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render(m, releases, index, date), encoding="utf-8")
-    tmp.replace(path)
+    """Written whole or not at all, through a temporary file of its own (harness.files): a file already there stays
+    until the new one is complete, keeps its mode, and a link in its place is replaced, never followed."""
+    write_text_atomic(path, render(m, releases, index, date))
 
 
 def main(file: Path, as_json: bool, write: Path | None, tags: list[str] | None) -> int:
     """The `matrix watch` verb: load, select, watch, print (text or JSON), write the cells file."""
     m = load(file)
-    if write is not None and (write.is_dir() or not write.parent.is_dir()):
-        raise InputError(f"--write {write}: expected a file in an existing directory")
-    if write is not None and write.resolve() == m.path.resolve():
-        raise InputError(f"--write {write}: that is the matrix itself; write the new cells to another file")
+    if write is not None:
+        problem = file_problem("--write", write)
+        if problem:
+            raise InputError(problem)
+        if write.resolve() == m.path.resolve():
+            raise InputError(f"--write {write}: that is the matrix itself; write the new cells to another file")
     resolver = Resolver()
     releases = watch(m, resolver, m.select(tags=tags) if tags else None)
     if as_json:
@@ -219,6 +227,8 @@ def main(file: Path, as_json: bool, write: Path | None, tags: list[str] | None) 
                           "releases": [r.to_dict() for r in releases]}, indent=1))
     else:
         print(text(m, releases, resolver))
-    if write is not None:
+    if write is not None and adds_cells(releases):
         write_matrix_file(write, m, releases, resolver.index.url, resolver.today.isoformat())
+    elif write is not None:  # a matrix of no cell would not run: nothing to review, and no file in its place
+        print(f"--write {write}: no cell to add; nothing written", file=sys.stderr)
     return 0

@@ -4,5 +4,5 @@
 is not what the row declares. `benchmarks` are those an offline evidence run takes along; `command` holds the
 verbs (`wheelhouse`, `run --here`).
 
-May import: harness.errors, harness.checks, harness.matrix, harness.envs, harness.results.
+May import: harness.errors, harness.files, harness.checks, harness.matrix, harness.envs, harness.results.
 """

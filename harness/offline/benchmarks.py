@@ -18,6 +18,7 @@ from harness.errors import InputError
 from harness.results.records import write_json_atomic
 
 from . import box_interpreter
+from .manifest import wheel_paths
 
 # The TRL release the benchmark is pinned to; its metadata asks only transformers>=4.56.2, so it installs
 # with the transformers 5.x releases that have Qwen3.5.
@@ -80,7 +81,7 @@ def run(name: str, manifest: dict, wheelhouse: Path, overlays: Path, out_dir: Pa
     with open(log, "wb") as handle:
         try:
             if overlay is not None:
-                box_interpreter.install_overlay(pins, wheelhouse, overlay, handle)
+                box_interpreter.install_overlay(wheel_paths(wheelhouse, manifest, pins), overlay, handle)
         except cellenv.SetupFailed as exc:
             result = {**record, "status": "failed", "reason": str(exc), "log_tail": cellenv.tail(log, lines=15)}
             write_json_atomic(target, result)

@@ -3,10 +3,10 @@ environment on it.
 
 What it has is a `pip freeze` style list (name==version, one a line), read from a file (the box's, where the
 wheelhouse is built) or taken from the running interpreter. No environment is built and nothing is fetched: what a
-row needs beyond the interpreter's own packages is installed from the wheelhouse alone (`--no-index
---find-links`) into a folder of its own that comes first on the checks' PYTHONPATH, so the interpreter itself is
-never changed and two rows with two transformers can run one after the other. A row whose declared versions the
-interpreter does not have (and the wheelhouse does not add) is refused before anything runs.
+row needs beyond the interpreter's own packages is installed from the wheelhouse alone, the files its manifest
+names by path (`--no-index --no-deps`), into a folder of its own that comes first on the checks' PYTHONPATH, so the
+interpreter itself is never changed and two rows with two transformers can run one after the other. A row whose
+declared versions the interpreter does not have (and the wheelhouse does not add) is refused before anything runs.
 """
 from __future__ import annotations
 
@@ -27,7 +27,10 @@ from packaging.version import InvalidVersion, Version
 from harness.envs import cellenv
 from harness.envs.cellenv import die_with_parent
 from harness.errors import InputError
+from harness.files import write_text_atomic
 from harness.matrix import Cell
+
+from .manifest import wheel_paths
 
 
 def read(path: Path) -> dict[str, str]:
@@ -48,8 +51,9 @@ def read(path: Path) -> dict[str, str]:
             if req.url or len(specs) != 1 or specs[0].operator not in ("==", "==="):
                 raise InvalidRequirement("expected name==version")
             Version(specs[0].version)
-        except (InvalidRequirement, InvalidVersion) as exc:
-            raise InputError(f"{path}, line {number}: {line[:80]!r} is not a name==version line ({exc})") from None
+        except (InvalidRequirement, InvalidVersion) as exc:  # packaging's message points at the column below
+            raise InputError(f"{path}, line {number}: {line[:80]!r} is not a name==version line "
+                             f"({str(exc).splitlines()[0][:120]})") from None
         found[canonicalize_name(req.name)] = specs[0].version
     if not found:
         raise InputError(f"{path}: no name==version line; write the box's `pip freeze` into it")
@@ -97,9 +101,11 @@ def mismatches(cell: Cell, manifest: dict, have: dict[str, str], python: str) ->
                 wrong.append(f"{dist}: the wheelhouse holds {added[name]}, the row declares {version}")
         elif not same_release(have.get(name), version):
             wrong.append(f"{dist}: the interpreter has {have.get(name) or 'none'}, the row declares {version}")
-    wanted_python = cell.python or str(manifest["target"].get("python", ""))
-    if wanted_python and not (python == wanted_python or python.startswith(wanted_python + ".")):
-        wrong.append(f"python: the interpreter is {python}, the row declares {wanted_python}")
+    # The row's own Python where it names one, else the one the wheelhouse was built for: each said as what it is.
+    wanted, whose = (cell.python, "the row declares") if cell.python else (
+        str(manifest["target"]["python"]), "the wheelhouse was built for")
+    if not (python == wanted or python.startswith(wanted + ".")):
+        wrong.append(f"python: the interpreter is {python}, {whose} {wanted}")
     return wrong
 
 
@@ -131,35 +137,38 @@ class InterpreterEnv(cellenv.CellEnv):
         return env
 
 
-def installer(pins: list[str], wheelhouse: Path, overlay: Path) -> tuple[list[str], dict[str, str]]:
-    """(argv, environment) installing `pins` for this interpreter from the wheelhouse alone into `overlay`: with
-    its own pip where it has one (a box has pip, and nothing else need arrive for installing), else with uv.
-    Either way no index is asked, and no configuration of this machine (an index, find-links, constraints) takes
-    part."""
-    options = ["--no-index", "--find-links", str(wheelhouse), "--no-deps", "--target", str(overlay)]
+def installer(wheels: list[Path], overlay: Path) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment) installing exactly the wheel files `wheels` (by path: the manifest's files, hashed and
+    checked) for this interpreter into `overlay`: with its own pip where it has one (a box has pip, and nothing
+    else need arrive for installing), else with uv. Either way no index and no folder is searched, nothing a wheel
+    requires is added, and no configuration of this machine (an index, find-links, constraints) takes part."""
+    options = ["--no-index", "--no-deps", "--target", str(overlay)]
+    paths = [str(Path(wheel).resolve()) for wheel in wheels]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
     if importlib.util.find_spec("pip") is not None:
         env["PIP_CONFIG_FILE"] = os.devnull  # no pip.conf: its index, find-links or constraints
         return [sys.executable, "-m", "pip", "install", "--no-compile", "--disable-pip-version-check",
-                "--no-cache-dir", *options, *pins], env
+                "--no-cache-dir", *options, *paths], env
     env.update({k: v for k, v in cellenv.uv_process_env().items()
                 if not k.startswith(("UV_INDEX", "UV_FIND_LINKS", "UV_DEFAULT_INDEX"))})
-    return [cellenv.uv_binary(), "pip", "install", "--python", sys.executable, *options, *pins], env
+    return [cellenv.uv_binary(), "pip", "install", "--python", sys.executable, *options, *paths], env
 
 
-def install_overlay(pins: list[str], wheelhouse: Path, overlay: Path, log) -> None:
-    """`pins` from the wheelhouse alone into `overlay` (no index: nothing is fetched), unless already there."""
+def install_overlay(wheels: list[Path], overlay: Path, log) -> None:
+    """The wheel files `wheels` into `overlay` (nothing is fetched), unless exactly they are there already."""
     marker = overlay / ".harness-overlay.json"
-    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == sorted(pins):
+    wanted = sorted(Path(wheel).name for wheel in wheels)
+    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == wanted:
         return
     shutil.rmtree(overlay, ignore_errors=True)  # another row's set, or a broken install: start empty
-    argv, env = installer(pins, wheelhouse, overlay)
+    argv, env = installer(wheels, overlay)
     log.write(f"$ {' '.join(argv)}\n".encode())
     log.flush()
     done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, check=False, preexec_fn=die_with_parent)
     if done.returncode != 0:
-        raise cellenv.SetupFailed(f"installing {', '.join(pins)} from the wheelhouse failed (status {done.returncode})")
-    marker.write_text(json.dumps(sorted(pins)), encoding="utf-8")
+        raise cellenv.SetupFailed(f"installing {', '.join(wanted)} from the wheelhouse failed (status "
+                                  f"{done.returncode})")
+    write_text_atomic(marker, json.dumps(wanted))
 
 
 def _lock(overlay: Path | None) -> str:
@@ -184,7 +193,7 @@ def preparer(manifest: dict, wheelhouse: Path, overlays: Path):
         setup_log.parent.mkdir(parents=True, exist_ok=True)
         if overlay is not None:
             with open(setup_log, "ab") as log:
-                install_overlay(pins, wheelhouse, overlay, log)
+                install_overlay(wheel_paths(wheelhouse, manifest, pins), overlay, log)
         origin = (f"offline run on the box's own Python {interpreter_python()}, "
                   f"{len(pins)} packages from a wheelhouse of {files} wheels ({size:.1f} MiB)")
         return InterpreterEnv(Path(sys.prefix), overlay, origin), _lock(overlay)

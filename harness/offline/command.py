@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 from pathlib import Path
 
@@ -12,10 +11,11 @@ from harness.envs import devices
 from harness.errors import InputError
 from harness.matrix import Cell
 from harness.matrix.axes import CHOICE_AXES, PYTHON_RE, cell_id
+from harness.results.directories import directory_problem
 
 from . import benchmarks, box_interpreter, wheelhouse
+from . import manifest as wheel_manifest
 
-PLATFORM_RE = re.compile(r"^(x86_64|aarch64)-manylinux_2_\d{1,2}$")
 DEFAULT_PLATFORM = "x86_64-manylinux_2_28"
 
 
@@ -61,10 +61,13 @@ def _python_of(cells: list[Cell], given: str | None) -> str:
 
 
 def cmd_wheelhouse(args) -> int:
-    if not PLATFORM_RE.match(args.platform):
+    if not wheel_manifest.PLATFORM_RE.match(args.platform):
         raise InputError(f"--platform: expected x86_64-manylinux_2_NN or aarch64-manylinux_2_NN, got {args.platform!r}")
     if not 0 < args.limit_mb <= 100_000:
         raise InputError(f"--limit-mb: expected MiB above 0, got {args.limit_mb:g}")
+    problem = directory_problem("--out", args.out)
+    if problem:
+        raise InputError(problem)
     m = matrix.load(args.file)
     cells = m.select(args.cells, args.tags)
     python = _python_of(cells, args.python)
@@ -101,11 +104,16 @@ def _on_device(cells: list[Cell], manifest: dict, device: str | None) -> tuple[l
 def _check_offline_install(cells: list[Cell], bench: tuple[str, ...], manifest: dict, directory: Path) -> None:
     """Each row's and each benchmark's wheelhouse pins are in the folder, whole, for the box's platform and Python
     (a benchmark left out of the wheelhouse has none)."""
+    foreign = wheel_manifest.foreign_wheels(directory, manifest)
+    if foreign:  # an installer given the folder could take one of them for a release the manifest hashed
+        raise InputError(f"--wheelhouse {directory}: {foreign[0]}" + (f" and {len(foreign) - 1} more" if foreign[1:]
+                         else "") + f" not in its {wheel_manifest.MANIFEST}; the box installs only the manifest's "
+                         "files: remove them or rebuild the wheelhouse")
     for cell in cells:
-        wheelhouse.verify(directory, manifest, list(manifest["cells"][cell.id].get("add", [])), f"row {cell.id}")
+        wheel_manifest.verify(directory, manifest, list(manifest["cells"][cell.id].get("add", [])), f"row {cell.id}")
     for name in bench:
         entry = manifest.get("benchmarks", {}).get(name) or {}
-        wheelhouse.verify(directory, manifest, list(entry.get("add", [])), f"benchmark {name}")
+        wheel_manifest.verify(directory, manifest, list(entry.get("add", [])), f"benchmark {name}")
 
 
 def run_here(args, run_options) -> int:
@@ -116,7 +124,7 @@ def run_here(args, run_options) -> int:
         raise InputError("--have: only with --dry-run; a run checks the interpreter it runs on")
     m = matrix.load(args.file)
     benchmarks.check_names(m.benchmarks, m.path)
-    manifest = wheelhouse.read_manifest(args.wheelhouse)
+    manifest = wheel_manifest.read(args.wheelhouse)
     cells, manifest = _on_device(m.select(args.cells, args.tags), manifest, args.device)
     bench = () if args.no_benchmarks else m.benchmarks
     if args.have is not None:

@@ -6,14 +6,12 @@ has is kept, and only what it lacks or has at another version is added), in PEP 
 wheel's URL, size and hash. The size limit is checked before anything is downloaded; each file's hash after.
 
     DIR/*.whl             the wheels
-    DIR/wheelhouse.json   {"matrix", "target", "limit_bytes", "total_bytes", "cells": {id: {"add", "from_interpreter"}},
-                           "benchmarks": {name: {"add", "left_out", "requirements"}},
-                           "files": [{"name", "version", "file", "size", "sha256"}]}
+    DIR/wheelhouse.json   the manifest (manifest.py): the target, each cell's and benchmark's wheels, each file's
+                          name, version, size and sha256
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import subprocess
 import tempfile
@@ -24,19 +22,19 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from packaging.requirements import Requirement
-from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from harness.envs import cellenv
 from harness.envs.cellenv import die_with_parent
 from harness.errors import EnvironmentMissing, InputError
+from harness.files import atomic_writer
 from harness.matrix import Cell
 from harness.results.records import write_json_atomic
 
 from . import benchmarks
 from .box_interpreter import same_release
+from .manifest import MANIFEST
 
-MANIFEST = "wheelhouse.json"
 DEFAULT_LIMIT_MB = 64
 MIB = 1024 * 1024
 
@@ -141,27 +139,26 @@ def check_limit(wheels: list[Wheel], limit_bytes: int) -> int:
     return total
 
 
-def _fetch(wheel: Wheel, directory: Path) -> None:
-    """Copy or download one wheel into `directory`, checking its hash before it gets its name."""
+def _fetch(wheel: Wheel, directory: Path) -> str:
+    """Copy or download one wheel into `directory`, checking its hash before it gets its name; its sha256."""
     try:
         parse_wheel_filename(wheel.file)
     except InvalidWheelFilename:
         raise InputError(f"{wheel.url}: not a wheel file name") from None
     target = directory / wheel.file
-    partial = directory / f".{wheel.file}.part"
     digest = hashlib.sha256()
     try:
-        with urllib.request.urlopen(wheel.url, timeout=120) as source, open(partial, "wb") as sink:
-            while chunk := source.read(1 << 20):
-                digest.update(chunk)
-                sink.write(chunk)
+        with atomic_writer(target) as sink:  # the wheel gets its name only whole and with the index's hash
+            with urllib.request.urlopen(wheel.url, timeout=120) as source:
+                while chunk := source.read(1 << 20):
+                    digest.update(chunk)
+                    sink.write(chunk)
+            if wheel.sha256 and digest.hexdigest() != wheel.sha256:
+                raise EnvironmentMissing(f"{wheel.file}: sha256 {digest.hexdigest()} is not the index's "
+                                         f"{wheel.sha256}")
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         raise EnvironmentMissing(f"{wheel.url}: download failed ({exc})") from None
-    if wheel.sha256 and digest.hexdigest() != wheel.sha256:
-        partial.unlink(missing_ok=True)
-        raise EnvironmentMissing(f"{wheel.file}: sha256 {digest.hexdigest()} is not the index's {wheel.sha256}")
-    partial.replace(target)
+    return digest.hexdigest()
 
 
 def _benchmark(name: str, pinned: dict[str, str], have: dict[str, str], platform: str, python: str,
@@ -215,63 +212,14 @@ def build(cells: list[Cell], matrix_name: str, have: dict[str, str], out: Path, 
     if not fetch:
         return manifest
     out.mkdir(parents=True, exist_ok=True)
-    for wheel in chosen:
+    for wheel, entry in zip(chosen, manifest["files"]):
         if not (out / wheel.file).is_file():
-            _fetch(wheel, out)
+            entry["sha256"] = _fetch(wheel, out)  # the index's, checked; or, where it gave none, the file's
+        elif not wheel.sha256:
+            entry["sha256"] = hashlib.sha256((out / wheel.file).read_bytes()).hexdigest()
     kept = {w.file for w in chosen} | {MANIFEST}
     for stale in out.glob("*.whl"):  # a rebuilt wheelhouse holds only what its manifest names
         if stale.name not in kept:
             stale.unlink()
     write_json_atomic(out / MANIFEST, manifest)
     return manifest
-
-
-def read_manifest(directory: Path) -> dict:
-    path = Path(directory) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(manifest.get("cells"), dict) or not isinstance(manifest.get("target"), dict):
-            raise ValueError("no cells or target")
-        return manifest
-    except (OSError, ValueError, AttributeError) as exc:
-        raise InputError(f"--wheelhouse {directory}: not a wheelhouse ({path.name}: {exc}); build one with "
-                         "`python -m harness wheelhouse`") from None
-
-
-def _target_tags(platform: str, python: str) -> set[Tag]:
-    """The wheel tags a CPython `python` (3.12) on `platform` (x86_64-manylinux_2_28) installs: every manylinux
-    level up to the box's glibc, with the legacy names of 2_17, 2_12 and 2_5."""
-    arch, _, level = platform.partition("-manylinux_2_")
-    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-    platforms = []
-    for minor in range(int(level), 4, -1):
-        platforms.append(f"manylinux_2_{minor}_{arch}")
-        if minor in legacy:
-            platforms.append(f"{legacy[minor]}_{arch}")
-    version = tuple(int(part) for part in python.split(".")[:2])
-    return {*cpython_tags(version, platforms=platforms), *compatible_tags(version, f"cp{version[0]}{version[1]}",
-                                                                          platforms=platforms)}
-
-
-def verify(directory: Path, manifest: dict, pins: list[str], label: str) -> None:
-    """Each of `pins` has its wheel in `directory`, with the manifest's sha256, installable on the manifest's
-    target: checked by reading the folder alone (no installer, no index), so it holds on the box before anything
-    is installed. InputError naming `label` ("row ID", "benchmark NAME") and the first pin that fails."""
-    target = manifest["target"]
-    tags = _target_tags(str(target["platform"]), str(target["python"]))
-    entries = {(canonicalize_name(str(f.get("name", ""))), str(f.get("version", ""))): f
-               for f in manifest.get("files", []) if isinstance(f, dict)}
-    for pin in pins:
-        name, _, version = pin.partition("==")
-        entry = entries.get((canonicalize_name(name), version))
-        where = f"--wheelhouse {directory}: {label} cannot install from it offline: {pin}"
-        if entry is None:
-            raise InputError(f"{where} is not in its {MANIFEST}; rebuild it with `python -m harness wheelhouse`")
-        path = Path(directory) / str(entry.get("file", ""))
-        if not path.is_file():
-            raise InputError(f"{where}: {path.name} is missing from the folder")
-        if not parse_wheel_filename(path.name)[3] & tags:
-            raise InputError(f"{where}: {path.name} is not for {target['platform']}, Python {target['python']}")
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        if digest != entry.get("sha256"):
-            raise InputError(f"{where}: {path.name} has sha256 {digest}, its {MANIFEST} says {entry.get('sha256')}")

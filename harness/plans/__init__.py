@@ -7,5 +7,5 @@ modules built on the `meta` device. `verdict.py` puts the two together, one line
 the `plan` verb; `validate.py` measures the estimate against a real step on CPU.
 `megatron_count.py` builds megatron-core's own modules of one rank per stage to check the count.
 
-May import: harness.errors (and trainers.megatron's layer specs, inside megatron_count's functions).
+May import: harness.errors, harness.files (and trainers.megatron's layer specs, inside megatron_count's functions).
 """

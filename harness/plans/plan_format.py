@@ -36,7 +36,7 @@ optimizer_offload = true
 recompute = true                    # full activation recompute
 
 [rollout]                           # optional (an SFT plan has none)
-engine = "vllm"                     # default "none"
+engine = "vllm"                     # vllm | none (the default)
 tp = 8
 nodes = 8                           # optional: a separate rollout pool (fully async); default colocated
 
@@ -65,6 +65,7 @@ from ..errors import InputError
 MODELS_DIR = Path(__file__).resolve().parents[2] / "plans" / "models"
 BACKENDS = ("fsdp", "megatron")
 DEVICES = ("cuda", "npu", "cpu")
+ENGINES = ("none", "vllm")  # the rollout engines whose start-up rules are known (rules.rollout_rules)
 
 _INT_FIELDS = {
     "cluster": {"nodes": None, "devices_per_node": None},
@@ -254,6 +255,9 @@ def load_plan(path: Path, models_dir: Path = MODELS_DIR) -> Plan:
         raise InputError(f"{path}: plan.backend: expected one of {', '.join(BACKENDS)}, got {values['backend']!r}")
     if values["device"] not in DEVICES:
         raise InputError(f"{path}: cluster.device: expected one of {', '.join(DEVICES)}, got {values['device']!r}")
+    if values["rollout_engine"] not in ENGINES:
+        raise InputError(f"{path}: rollout.engine: expected one of {', '.join(ENGINES)}, got "
+                         f"{values['rollout_engine']!r}")
     if not values["expect_starts"] and not values["expect_reason"].strip():
         raise InputError(f"{path}: expect.reason: missing (required when expect.starts = false)")
     model = load_model(values.pop("model"), f"{path}: plan.model", models_dir)

@@ -202,7 +202,21 @@ def _megatron_arithmetic(plan: Plan) -> list[Finding]:
         out += _uneven_stages(plan, src)
     if m.experts:
         out += _divides("parallel.ep", plan.ep, {"experts": m.experts}, src)
+    out += _expert_ranks(plan, src)
     return out
+
+
+def _expert_ranks(plan: Plan, src: str) -> list[Finding]:
+    """initialize_model_parallel's expert layout as arithmetic: each pipeline stage's ranks split into expert
+    groups of etp*ep ranks (the world must be a multiple of etp*ep*pp)."""
+    group = plan.ep * plan.etp
+    if group == 1 or plan.world_size % plan.pp:  # one expert rank per group, or the world rule already fails
+        return []
+    per_stage = plan.world_size // plan.pp
+    if per_stage % group:
+        return [Finding("parallel.ep", FAIL, f"ep*etp = {group} does not divide the {per_stage} ranks of a pipeline "
+                        f"stage (world size {plan.world_size} / pp {plan.pp})", src)]
+    return [Finding("parallel.ep", OK, f"ep*etp = {group} divides the {per_stage} ranks of a pipeline stage", src)]
 
 
 def _uneven_stages(plan: Plan, src: str) -> list[Finding]:
@@ -214,8 +228,12 @@ def _uneven_stages(plan: Plan, src: str) -> list[Finding]:
         return [Finding(field, FAIL, "set, but parallel.pp = 1: there are no pipeline stages to make uneven", src)
                 for field in fields]
     middle = plan.pp - len(fields)
-    rest = layers - plan.first_stage_layers - plan.last_stage_layers
-    if rest < 0 or (middle == 0 and rest) or (middle and rest % middle):
+    uneven = plan.first_stage_layers + plan.last_stage_layers
+    rest = layers - uneven
+    if rest < 0:
+        return [Finding(field, FAIL, f"the uneven stages take {uneven} layers, more than the model's {layers}", src)
+                for field in fields]
+    if (middle == 0 and rest) or (middle and rest % middle):
         return [Finding(field, FAIL, f"leaves {rest} of {layers} layers for {middle} middle stages: not an even "
                         "split", src) for field in fields]
     return [Finding(field, OK, f"{layers - rest} layers in the uneven stages, {rest} over {middle} middle stages",

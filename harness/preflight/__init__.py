@@ -7,5 +7,6 @@ install, and `command` is the `preflight` verb, with its cache of recent answers
 further for a chosen slice of cells (the `cpu-side` verb): it installs each from its exact wheels and runs there,
 on CPU, the checks that need no accelerator.
 
-May import: harness.errors, harness.checks, harness.matrix, harness.envs, harness.results, harness.execution.
+May import: harness.errors, harness.files, harness.checks, harness.matrix, harness.envs, harness.results,
+harness.execution.
 """

@@ -20,13 +20,26 @@ from pathlib import Path
 
 from harness import matrix
 from harness.envs import cellenv, pipconfig
-from harness.errors import InputError
-from harness.matrix import newest
+from harness.errors import EnvironmentMissing, InputError
+from harness.matrix import index, newest
 from harness.matrix.axes import PYTHON_RE
+from harness.results.directories import directory_problem
 from harness.results.records import write_json_atomic
 
 from . import store
-from .resolve import ALL, METHOD, UNKNOWN, Resolution, Target, cell_pins, compile_lock, counted, resolve, target_for
+from .resolve import (
+    ALL,
+    METHOD,
+    UNKNOWN,
+    Resolution,
+    Target,
+    cell_pins,
+    compile_lock,
+    counted,
+    resolve,
+    target_for,
+    unrequired,
+)
 
 DEFAULT_MAX_AGE_S = 12 * 3600.0
 
@@ -60,11 +73,16 @@ def _check_args(args) -> None:
 def cmd_preflight(args) -> int:
     _check_args(args)
     m = matrix.load(args.file)
+    out = args.out or Path("reports") / m.name
+    for option, path in (("--out", out), ("--cache", None if args.no_cache else args.cache)):
+        problem = path and directory_problem(option, path)
+        if problem:
+            raise InputError(problem)
     # `newest` and the like, resolved for the runner: this machine's own pip constraints do not bind it.
     cells = newest.resolve_cells(m, m.select(args.cells, args.tags), newest.Resolver(limits={}))
-    out = args.out or Path("reports") / m.name
+    check_releases(m, cells)
     start = time.perf_counter()
-    answers = Resolver(None if args.no_cache else args.cache, args.max_age * 3600)
+    answers = Resolver(None if args.no_cache else args.cache, args.max_age * 3600, m.path)
     planned = [(cell, target_for(cell, args.python)) for cell in cells]
     # Cells that differ only in model or backend share their pins: one resolver call each.
     unique = {answers.key(cell, target): (cell, target) for cell, target in planned}
@@ -84,6 +102,16 @@ def cmd_preflight(args) -> int:
           f"resolved, the rest from the cache) in {seconds:.1f} s: "
           + ", ".join(counted(v, n) for v, n in counts.items() if n) + f"; wrote {summary}", file=sys.stderr)
     return 0
+
+
+def check_releases(m: matrix.Matrix, cells: list[matrix.Cell]) -> None:
+    """A release the cells pin that the index does not have is bad input (exit 2, as `run` says it), not a cell
+    that cannot be installed together. An index that does not answer leaves it to the resolver (its cells are
+    "pre-flight failed")."""
+    try:
+        index.check_cells(cells, m.locate)
+    except EnvironmentMissing as exc:
+        print(f"warning: the pinned releases were not checked: {str(exc).split('; ')[0]}", file=sys.stderr)
 
 
 def uv_version() -> str:
@@ -123,8 +151,9 @@ class Cache:
 class Resolver:
     """The resolver behind the answer cache, counting its calls."""
 
-    def __init__(self, directory: Path | None, max_age_s: float):
+    def __init__(self, directory: Path | None, max_age_s: float, matrix_path: Path | None = None):
         self.store = Cache(directory, max_age_s)
+        self.matrix_path = matrix_path  # named in what is refused
         self.uv = uv_version()
         self.calls = 0
         self.source_only: set[str] = set()  # pins found to be source releases, shared by the run's cells
@@ -142,6 +171,13 @@ class Resolver:
         resolution = resolve(cell_pins(cell), cell.install.from_source, target,
                              compile=partial(compile_lock, overrides=tuple(cell.install.overrides())),
                              source_only=self.source_only)
+        if resolution.lock and cell.install.exclude:  # resolved: each excluded name must be something it requires
+            self.calls += len(cell.install.exclude)
+            resolved = [r for r in cell_pins(cell) if r not in resolution.built]
+            for excluded in unrequired(resolved, cell.install.exclude, target):
+                raise InputError(f"{self.matrix_path}: {cell.id}: install.exclude: {excluded!r} is required by none "
+                                 "of the row's packages (its name misspelt, or left over); the row resolves without "
+                                 "excluding it")
         self.store.put(name, resolution)
         return resolution
 

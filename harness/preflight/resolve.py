@@ -32,6 +32,7 @@ from packaging.utils import canonicalize_name
 from harness.envs import cellenv
 from harness.envs.cellenv import die_with_parent
 from harness.matrix import Cell
+from harness.matrix.recipe import InstallRecipe
 
 DEFAULT_GLIBC = "2_28"  # the manylinux the runners' wheels are chosen for (uv's --python-platform)
 _IMAGE_PYTHON = re.compile(r"[-_]py(3)\.?(\d{1,2})(?:$|[-_.])")
@@ -43,6 +44,7 @@ _AVAILABLE_ON = re.compile(
 METHOD = "pins-only-binary/1"  # how resolutions are made: part of the cache key, so a change forgets old answers
 UNRESOLVABLE = ("No solution found", "unsatisfiable")  # uv's words for a conflict (as harness/execution/run.py)
 TIMEOUT_S = 300.0
+NO_SUCH_RELEASE = "0+excluded.by.harness"  # a version no index holds (a local label): see unrequired
 
 INSTALLS = "installs"
 CONFLICT = "cannot be installed together"  # the resolver's reason follows
@@ -150,6 +152,21 @@ def compile_lock(requirements: list[str], target: Target, overrides: tuple[str, 
         except subprocess.TimeoutExpired:
             return 124, "", f"uv pip compile did not finish within {TIMEOUT_S:.0f} s"
     return done.returncode, done.stdout, done.stderr
+
+
+def unrequired(requirements: list[str], exclude: tuple[str, ...], target: Target,
+               compile=compile_lock) -> list[str]:
+    """The names of a recipe's `exclude` that nothing in the resolution of `requirements` requires (a misspelt name
+    excludes nothing, in silence). Each is asked of the resolver on its own: the other names left out as the cell
+    leaves them out, this one overridden to a release that cannot exist. A resolution that still succeeds never
+    needed it; one that fails, for that reason or another, is not taken as proof of anything."""
+    found = []
+    for name in exclude:
+        others = InstallRecipe(exclude=tuple(n for n in exclude if n != name)).overrides()
+        status, _, _ = compile(requirements, target, (*others, f"{name}=={NO_SUCH_RELEASE}"))
+        if status == 0:
+            found.append(name)
+    return found
 
 
 def resolve(requirements: list[str], from_source: tuple[str, ...], target: Target, compile=compile_lock,

@@ -16,5 +16,5 @@ What the report says is decided in row_verdicts.py (a verdict per row), standing
 pins.py and order.py; safe_text.py cleans and escapes what result files say, failure_text.py reads install
 failures and parser findings.
 
-May import: harness.errors, harness.results, harness.checks, harness.matrix.
+May import: harness.errors, harness.files, harness.results, harness.checks, harness.matrix.
 """

@@ -2,5 +2,6 @@
 bisect (a check across the releases of one package, to the first whose verdict changes) and first_bad (the
 nightly's bisection of each check a new release turned from pass to anything else).
 
-May import: harness.errors, harness.results, harness.checks, harness.matrix, harness.envs, harness.execution.
+May import: harness.errors, harness.files, harness.results, harness.checks, harness.matrix, harness.envs,
+harness.execution.
 """

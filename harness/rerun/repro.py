@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness import checks
 from harness.envs import cellenv, interpreters
-from harness.errors import EnvironmentMissing, InputError
+from harness.errors import CHECK_FAILED, DONE, EnvironmentMissing, InputError
 from harness.execution import runner
 from harness.matrix.axes import CELL_ID_RE
 from harness.results.records import CheckResult, load_cell
@@ -29,7 +29,7 @@ def cmd_repro(args) -> int:
     result = repro(args.cell, args.check, args.dir or [Path("reports")], args.env_root)
     print(json.dumps(result.to_dict(), indent=1) if args.json else f"{args.cell} {result.check}: "
           f"{result.status.value} - {result.message}")
-    return 1 if result.status.is_failure else 0
+    return CHECK_FAILED if result.status.is_failure else DONE
 
 
 def check_cell_id(cell_id: str) -> None:

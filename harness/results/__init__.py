@@ -4,5 +4,5 @@ of a report directory's results of every source (sources); why a cell could not 
 (verdict_diff); whether a directory option can hold what a run or check will write (directories). The report
 built from them lives in harness.report.
 
-May import: harness.errors.
+May import: harness.errors, harness.files.
 """

@@ -1,4 +1,5 @@
-"""Whether a directory option (`run --out`, `check --work-dir`) can hold what will be written there.
+"""Whether a directory option (`run --out`, `check --work-dir`) can hold what will be written there (a file option:
+harness.files.file_problem).
 
 Asked before anything runs: a path that is a file, or lies under one, or under a directory this user
 cannot write, is one line naming the option, not a traceback minutes later.
@@ -8,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness.files import creation_problem
+
 
 def directory_problem(option: str, path: Path | str) -> str | None:
     """None when `path` is a directory, or can be made one, that this process can write; else what is wrong."""
@@ -16,11 +19,4 @@ def directory_problem(option: str, path: Path | str) -> str | None:
         if not path.is_dir():
             return f"{option} {path}: exists and is not a directory"
         return None if os.access(path, os.W_OK | os.X_OK) else f"{option} {path}: directory not writable"
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:  # the nearest part of the path that exists
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"{option} {path}: {parent} is not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"{option} {path}: cannot create it under {parent} (not writable)"
-    return None
+    return creation_problem(option, path)

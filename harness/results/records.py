@@ -1,4 +1,5 @@
-"""Result records: one `Status` enum, one `CheckResult`, one `CellResult` with its `Source`, and atomic writes.
+"""Result records: one `Status` enum, one `CheckResult`, one `CellResult` with its `Source`; their files are written
+whole (harness.files, re-exported here for the writers of results).
 
 Everything the harness reports is built from these records; the JSON files under a report
 directory are their `to_dict()` form, tagged with `SCHEMA_VERSION`.
@@ -9,13 +10,13 @@ import dataclasses
 import datetime as dt
 import enum
 import json
-import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness.files import write_json_atomic, write_text_atomic  # noqa: F401 - the results' writers
 
 from .install_verdict import of_check
 
@@ -214,38 +215,6 @@ class CellResult:
         )
 
 
-def _umask() -> int:
-    """This process's umask, read without changing it where Linux allows (os.umask sets it, which
-    would race with other threads creating files)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a file so that a reader sees the old file or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp makes the file 0600; a result is an ordinary file, readable as the umask allows.
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 STALE_AFTER_S = 600.0  # a temporary file lives for one write; one this old lost its writer
 
 
@@ -265,11 +234,6 @@ def sweep_stale_temporaries(directory: Path, older_than_s: float = STALE_AFTER_S
         except OSError:  # gone already, or not ours to remove
             pass
     return removed
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """JSON through write_text_atomic."""
-    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def load_cell(path: Path) -> CellResult:

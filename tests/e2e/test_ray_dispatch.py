@@ -1,12 +1,14 @@
 """`run --ray`: cells run as Ray tasks on a real local cluster, their results land in the driver's
-output directory, a dead worker is retried by Ray or recorded as a crash (never lost), finished
-cells are not sent again; and the address, resources and shipped files are validated."""
+output directory, a dead worker's cell is sent again (the try recorded) or recorded as a crash with what it
+left (never lost), finished cells are not sent again; on two nodes, a node killed mid-cell; and the address,
+resources and shipped files are validated."""
 from __future__ import annotations
 
 import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,11 +57,11 @@ def test_bad_address_on_the_command_line_exits_2_before_anything_runs(tmp_path, 
     assert "--ray" in done.stderr and not (tmp_path / "out").exists()
 
 
-def test_device_cells_ask_for_their_resource():
-    assert "num_gpus" not in ray_dispatch.task_options(_cell("cpu"), 2)
-    assert ray_dispatch.task_options(_cell("cuda"), 2)["num_gpus"] == 1
-    npu = ray_dispatch.task_options(_cell("npu"), 0)
-    assert npu["resources"] == {"NPU": 1} and npu["max_retries"] == 0
+def test_device_cells_ask_for_their_resource_and_ray_retries_nothing_itself():
+    assert "num_gpus" not in ray_dispatch.task_options(_cell("cpu"))
+    assert ray_dispatch.task_options(_cell("cuda"))["num_gpus"] == 1
+    npu = ray_dispatch.task_options(_cell("npu"))
+    assert npu["resources"] == {"NPU": 1} and npu["max_retries"] == 0  # the driver sends a lost cell again
 
 
 def test_shipped_files_never_leave_the_output_directory(tmp_path):
@@ -133,12 +135,15 @@ def test_cells_run_as_ray_tasks_and_land_in_the_output_directory(tmp_path, proje
 
 @pytest.mark.slow
 @needs_ray
-def test_a_worker_that_dies_is_retried_by_ray(tmp_path, project_env):
+def test_a_worker_that_dies_is_sent_again_and_its_try_recorded(tmp_path, project_env):
     env = {**project_env, "MISBEHAVE": "kill-runner-once", "MISBEHAVE_MARKER": str(tmp_path / "killed-once")}
     cells = run_on_ray(tmp_path, env, "--retries", "1")
     assert (tmp_path / "killed-once").exists()
     statuses = sorted(c["checks"][0]["status"] for c in cells.values())
     assert statuses == ["pass", "pass"], cells  # one worker was killed; its task ran again
+    tried = [c["checks"][0] for c in cells.values() if c["checks"][0]["attempts"]]
+    assert len(tried) == 1 and tried[0]["flaky"], cells  # the lost try, as the local runner records one
+    assert tried[0]["attempts"][0]["failure_class"] == "infra" and "lost" in tried[0]["attempts"][0]["reason"]
 
 
 @pytest.mark.slow
@@ -149,3 +154,51 @@ def test_a_worker_that_keeps_dying_is_recorded_as_a_crash_not_lost(tmp_path, pro
         (check,) = cell["checks"]
         assert check["status"] == "crash" and check["failure_class"] == "infra", check
         assert "Ray task" in check["message"]
+        # what the dead try left in the shared directory is named: its lock, setup log, check log, start
+        assert cell["lock"] and (tmp_path / "out" / cell["lock"]).is_file(), cell
+        assert cell["setup_log"] and cell["started"] and check["log"].endswith("misbehave.log"), cell
+
+
+@pytest.mark.slow
+@needs_ray
+def test_a_node_killed_mid_cell_on_a_two_node_cluster(tmp_path, project_env, monkeypatch):
+    """Two nodes of one machine (Ray's own cluster_utils): the cell starts on the only node with a CPU for it, that
+    node dies mid-check, and the driver sends the cell again; it passes on the node that joined, with the lost try
+    recorded on its check."""
+    from ray.cluster_utils import Cluster
+
+    pids = tmp_path / "pids"
+    # The nodes' workers inherit this process's environment (an external cluster, not the driver's `--ray local`);
+    # a home of its own, so no auth token left in the real one turns the cluster to token authentication.
+    worker = {"MISBEHAVE": "slow", "MISBEHAVE_SECONDS": "20", "MISBEHAVE_PIDS": str(pids), "RAY_AUTH_MODE": "disabled",
+              "HOME": str(tmp_path / "home"), "PYTHONPATH": project_env["PYTHONPATH"],
+              "HARNESS_EXTRA_CHECKS": project_env["HARNESS_EXTRA_CHECKS"]}
+    for name, value in worker.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "m.toml").write_text(MATRIX)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        first = cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "harness", "run", str(tmp_path / "m.toml"), "--out", str(tmp_path / "out"),
+             "--env-root", str(tmp_path / "envs"), "--no-index-check", "--no-report", "--cells", "fsdp-text",
+             "--retries", "1", "--ray", cluster.address],
+            cwd=ROOT, env={**project_env, **worker}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while not (pids.exists() and pids.read_text().strip()) and driver.poll() is None:
+            assert time.monotonic() < deadline, "the check never started"
+            time.sleep(0.5)
+        cluster.add_node(num_cpus=1)
+        cluster.remove_node(first, allow_graceful=False)
+        _, stderr = driver.communicate(timeout=300)
+        assert driver.returncode == 0, stderr[-3000:]
+    finally:
+        cluster.shutdown()
+    cell = json.loads((tmp_path / "out" / "cells" / "fsdp-text.json").read_text())
+    (check,) = cell["checks"]
+    assert check["status"] == "pass" and check["flaky"], check
+    (lost,) = check["attempts"]
+    assert lost["failure_class"] == "infra" and "was lost" in lost["reason"], lost
+    assert "sending it again (retry 1 of 1)" in stderr

@@ -12,7 +12,6 @@ trained, unlike HF's padding_idx), packed (packed input without its boundaries);
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import traceback
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from harness.checks.bridge_parity import library
 from harness.checks.bridge_parity.project_bridge import PROJECT_BREAKS, break_mapping, compare
+from harness.files import write_json_atomic
 
 BREAKS = PROJECT_BREAKS + library.BREAKS
 LIBRARY_PREFIX = "megatron-bridge/"  # cases run through Megatron-Bridge's own bridge (library.py)
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     result = run_cases(args)
     if int(os.environ.get("RANK", 0)) == 0:
-        Path(args.out).write_text(json.dumps(result), encoding="utf-8")
+        write_json_atomic(args.out, result)
     return 0
 
 

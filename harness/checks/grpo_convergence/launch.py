@@ -8,13 +8,13 @@ accelerator runtimes and vLLM's own engine processes keep torchrun.
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import os
 import time
 from pathlib import Path
 
 from harness.checks.support import ranks, vllm_engine
+from harness.files import write_json_atomic
 
 TRAINER_MODULES = {"fsdp": "trainers.fsdp", "megatron": "trainers.megatron"}  # backend -> module, same flags
 NPROC = 2
@@ -38,7 +38,7 @@ def model_config_file(reference: dict, work: Path) -> Path | None:
     if "model_config" not in reference:
         return None
     path = work / "reference_model_config.json"
-    path.write_text(json.dumps(reference["model_config"]), encoding="utf-8")
+    write_json_atomic(path, reference["model_config"])
     return path
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import time
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ from harness.checks.offload_regression.model_passes import (
     patches_applied,
     trainer_patches,
 )
+from harness.files import write_json_atomic
 
 
 @dataclass
@@ -173,9 +173,7 @@ def worker(out: Path, trainer_method: str = "project", seed: int = 0, model_conf
 
         report = {"device": plan.type, "world_size": dist.get_world_size(), "torch": torch.__version__,
                   "transformers": transformers.__version__, "models": models}
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(report, indent=1))
-        os.replace(tmp, args.out)
+        write_json_atomic(args.out, report)
     dist.barrier()
     dist.destroy_process_group()
 

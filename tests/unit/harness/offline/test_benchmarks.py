@@ -37,9 +37,10 @@ def bench(tmp_path, monkeypatch):
                                                               "stand_in_bench"))
     links = tmp_path / "wheels"
     links.mkdir()
-    wheel(links, "tinybench", "1.0")
+    built = wheel(links, "tinybench", "1.0")
     offline_index(monkeypatch, links)
-    manifest = {"benchmarks": {"tiny-bench": {"add": ["tinybench==1.0"], "left_out": None}}}
+    manifest = {"benchmarks": {"tiny-bench": {"add": ["tinybench==1.0"], "left_out": None}},
+                "files": [{"name": "tinybench", "version": "1.0", "file": built.name}]}
     return tmp_path, links, manifest
 
 
@@ -96,7 +97,7 @@ def test_evidence_figures_go_into_the_figures_file_with_their_gpu_and_date(tmp_p
 
 def test_a_cpu_dry_run_is_not_gpu_evidence(tmp_path):
     _record(tmp_path / "evidence", "cpu")
-    with pytest.raises(HarnessError, match="measured on cpu"):
+    with pytest.raises(HarnessError, match="measured on .cpu."):
         suite.evidence_figures(tmp_path / "evidence")
     assert suite.main(["--from-evidence", str(tmp_path / "nothing"), "--out", str(tmp_path / "f.json")]) == 2
     assert not (tmp_path / "f.json").exists()

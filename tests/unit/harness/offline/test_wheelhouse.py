@@ -138,13 +138,13 @@ def test_an_unknown_benchmark_is_refused_before_anything_resolves(tiny_bench, ca
 
 
 def test_the_folder_is_checked_against_its_manifest_before_anything_installs(setup):
-    from harness.offline import wheelhouse
+    from harness.offline import manifest as wheelhouse_manifest
 
     assert _wheelhouse(setup, "--limit-mb", "4") == 0
     folder = setup / "wh"
     manifest = json.loads((folder / "wheelhouse.json").read_text())
     pins = manifest["cells"][PLAIN]["add"]
-    wheelhouse.verify(folder, manifest, pins, f"row {PLAIN}")  # as built: whole
+    wheelhouse_manifest.verify(folder, manifest, pins, f"row {PLAIN}")  # as built: whole
     for tag, fits in (("cp311-cp311-manylinux_2_17_x86_64", True), ("cp311-abi3-manylinux2014_x86_64", True),
                       ("cp312-cp312-manylinux_2_28_x86_64", False), ("cp311-cp311-manylinux_2_34_x86_64", False),
                       ("cp311-cp311-win_amd64", False)):
@@ -153,17 +153,17 @@ def test_the_folder_is_checked_against_its_manifest_before_anything_installs(set
                  "sha256": hashlib.sha256(built.read_bytes()).hexdigest()}
         other = {**manifest, "files": [*manifest["files"], entry]}
         if fits:  # the box: Python 3.11 on x86_64 with glibc 2.28
-            wheelhouse.verify(folder, other, ["plat==1.0"], f"row {PLAIN}")
+            wheelhouse_manifest.verify(folder, other, ["plat==1.0"], f"row {PLAIN}")
         else:
             with pytest.raises(InputError, match="plat==1.0: .* is not for x86_64-manylinux_2_28, Python 3.11"):
-                wheelhouse.verify(folder, other, ["plat==1.0"], f"row {PLAIN}")
+                wheelhouse_manifest.verify(folder, other, ["plat==1.0"], f"row {PLAIN}")
         built.unlink()
     target = next(folder.glob("transformers-*.whl"))
     target.write_bytes(target.read_bytes() + b"\0")  # changed in transit
     with pytest.raises(InputError, match=rf"row {PLAIN} cannot install from it offline: transformers==5.3.0: .*sha256"):
-        wheelhouse.verify(folder, manifest, pins, f"row {PLAIN}")
+        wheelhouse_manifest.verify(folder, manifest, pins, f"row {PLAIN}")
     target.unlink()
     with pytest.raises(InputError, match="is missing from the folder"):
-        wheelhouse.verify(folder, manifest, pins, f"row {PLAIN}")
+        wheelhouse_manifest.verify(folder, manifest, pins, f"row {PLAIN}")
     with pytest.raises(InputError, match="is not in its wheelhouse.json"):
-        wheelhouse.verify(folder, manifest, ["numpy==2.0.0"], f"row {PLAIN}")
+        wheelhouse_manifest.verify(folder, manifest, ["numpy==2.0.0"], f"row {PLAIN}")
