@@ -3,7 +3,7 @@
 Check modules are imported only when they run, inside the cell's own environment, so the
 harness itself never needs torch or transformers.
 
-May import: harness.errors, harness.results, harness.plans (and, inside a cell's environment, trainers).
+May import: harness.errors, harness.results, harness.plans, harness.envs (and, inside a cell's environment, trainers).
 """
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ class CheckSpec:
     # In a row that installs verl (the `verl` axis): what of verl's own code the check runs, named in its
     # `verl:` verdicts (support/verl.py); "" where verl has no counterpart, which the report says.
     verl: str = ""
+    # Axes a cell must carry for the check to say anything (verl-tests: a row that installs verl); bisect picks
+    # its template cell among those.
+    needs_axes: tuple[str, ...] = ()
 
 
 CHECKS: dict[str, CheckSpec] = {
@@ -68,6 +71,12 @@ CHECKS: dict[str, CheckSpec] = {
         CheckSpec("vllm-chat-parity", "harness.checks.vllm_chat_parity",
                   "the trainer's tool-call parser and chat rendering agree with vLLM's parser and vLLM's own chat "
                   "path, token for token", timeout=300, needs_accelerator=False),
+        CheckSpec("verl-tests", "harness.checks.verl_tests",
+                  "the installed verl release's own CPU tests (its sdist's tests/*_on_cpu.py) in the row, a verdict "
+                  "per test file; the row inside verl's declared range is the baseline", timeout=1200,
+                  needs_accelerator=False, needs_axes=("verl",),
+                  verl="verl's own test suite from the release's sdist or git revision, run with pytest against the "
+                  "installed verl"),
     )
 }
 

@@ -22,6 +22,7 @@ from harness.results.install_verdict import of_check
 from harness.results.records import CellResult, CheckResult, Status, did_not_run
 from harness.results.sources import AWAITS, CPU_SIDE_KEY, CPU_SIDE_LABELS, cpu_side_origin
 
+from . import verl_baseline
 from .failure_text import INSTALL_MESSAGE_LIMIT, findings, is_install_failure
 from .html.plots import convergence_series
 from .model import COLUMN_AXES, PACKAGE_AXES, ROW_AXES, Column, Entry, Report, Row, VerdictEntry
@@ -186,6 +187,9 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
         kept = sorted(chosen.items(), key=lambda kc: kc[1].cell_id)
 
     findings, standing, beyond = standing_findings(kept)
+    baselines = verl_baseline.compare(kept, standing, findings)
+    findings, standing = findings + baselines.findings, standing | baselines.covered
+    beyond = {**beyond, **baselines.beyond}
     names: dict[tuple[str, str], set[str]] = {}
     for (_, backend, model), cell in kept:
         names.setdefault((backend, model), set()).update([check.check for check in cell.checks])
@@ -226,6 +230,9 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
                 entry.standing, entry.plain = True, False
             if (cell.cell_id, check.check) in beyond:
                 entry.beyond_standing, entry.plain = clean_text(beyond[(cell.cell_id, check.check)], 400), False
+            if (cell.cell_id, check.check) in baselines.against:
+                entry.against_baseline, entry.plain = clean_text(baselines.against[(cell.cell_id, check.check)],
+                                                                 600), False
             if entry.install is not None:
                 not_installed[entry.install.label] += 1
             else:

@@ -97,6 +97,7 @@ class Entry:
     standing: bool = False  # its only failures are standing findings (Report.standing), shown once
     origin: str | None = None  # "from CPU pre-flight" or "awaits a runner" (results/sources.py); None: a runner's
     beyond_standing: str = ""  # the cases it fails beyond the standing findings ("sub-verdict: case, ...")
+    against_baseline: str = ""  # a verl row's own tests against its release's baseline row (verl_baseline.py)
 
 
 def entry_extras(entry: Entry) -> list[str]:
@@ -113,6 +114,8 @@ def entry_extras(entry: Entry) -> list[str]:
     state = (entry.known_failure or {}).get("state")
     if state:
         extras.append(f"known failure {state}")
+    if entry.against_baseline:
+        extras.append(entry.against_baseline)
     if entry.repro:
         extras.append(f"repro: {entry.repro}")
     return extras
