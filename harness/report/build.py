@@ -70,7 +70,7 @@ def reused_mark(cell_id: str) -> tuple[str, str | None]:
 
 
 def _verdicts(check: CheckResult) -> tuple[VerdictEntry, ...]:
-    return tuple([VerdictEntry(clean_text(v.name, 60), v.status, clean_text(v.message), bool(v.emulated),
+    return tuple([VerdictEntry(clean_text(v.name, 100), v.status, clean_text(v.message), bool(v.emulated),
                                findings(v.metrics, clean_text) if "mismatches" in v.metrics else ())
                   for v in check.verdicts])
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from harness.envs import pipconfig
+
 from .selection import Tool
 from .source import Unavailable, locked
 
@@ -50,8 +52,10 @@ def uv_binary(environ: dict[str, str] | None = None) -> str:
 
 
 def uv_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """uv's environment for the row's interpreter: the forwarded settings as they are, no Python download."""
+    """uv's environment for the row's interpreter: the settings the harness forwards (pip's, where only PIP_*
+    variables name them: a check run by hand), no Python download."""
     env = dict(os.environ if environ is None else environ)
+    env.update(pipconfig.uv_environment(env))
     env.pop("VIRTUAL_ENV", None)
     env["UV_PYTHON_DOWNLOADS"] = "never"
     return env
