@@ -273,13 +273,16 @@ def check_environment(cell: Cell, opts: RunOptions) -> dict[str, str]:
     """Variables for a check process: the device, and its determinism settings (set before the
     device runtime starts; a value the user exported wins)."""
     settings = {k: v for k, v in determinism.environment(cell.axes["device"]).items() if k not in os.environ}
-    return {**settings, **_vllm_cache(cell, opts.env_root), **_test_tools(opts.env_root), **opts.extra_env,
+    return {**settings, **_vllm_cache(cell, opts.env_root), **_test_tools(cell, opts.env_root), **opts.extra_env,
             "HARNESS_DEVICE": cell.axes["device"]}
 
 
-def _test_tools(env_root: Path) -> dict[str, str]:
-    """What a check that installs test tools for its own run needs (verl-tests): the harness's uv, pip's settings
-    forwarded to it as they are to the cells' installs, and a cache folder beside the cell environments."""
+def _test_tools(cell: Cell, env_root: Path) -> dict[str, str]:
+    """In a row that installs verl, what verl-tests needs to install its test tools for its own run: the harness's
+    uv, pip's settings forwarded to it as they are to the cells' installs, and a cache folder beside the cell
+    environments."""
+    if "verl" not in cell.axes:
+        return {}
     try:
         uv = {UV_VARIABLE: cellenv.uv_binary()}
     except EnvironmentMissing:

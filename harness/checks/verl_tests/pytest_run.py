@@ -29,7 +29,9 @@ from . import reporter
 PLUGIN = "_harness_verl_tests_reporter"
 SUITE_PACKAGES = frozenset({"tests", "conftest"})  # the suite's own code, decided by the release
 _MISSING = re.compile(r"No module named '([^']+)'")
-_DROPPED = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")  # the caller's pytest settings are not the suite's
+# The caller's pytest settings and state (PYTEST_ADDOPTS, and an outer xdist worker's PYTEST_XDIST_WORKER, which
+# would tell the reporter it is a worker) are not the suite's.
+_DROPPED = "PYTEST_"
 
 
 @dataclass
@@ -162,7 +164,7 @@ def run_suite(root: Path, files: list[str], workers: int, timeout: float | None,
         records.mkdir()
         shutil.copyfile(reporter.__file__, plugins / f"{PLUGIN}.py")
         reports = Path(tmp, "reports.jsonl")
-        env = {k: v for k, v in environ.items() if k not in _DROPPED}
+        env = {k: v for k, v in environ.items() if not k.startswith(_DROPPED)}
         env.update({"PYTHONPATH": os.pathsep.join(str(p) for p in (overlay, plugins) if p),
                     reporter.VARIABLE: str(reports), "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"})
         public = environ.get(VARIABLE)

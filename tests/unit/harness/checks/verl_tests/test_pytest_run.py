@@ -2,6 +2,7 @@
 errors named, and the run's import records handed to the check's record without the suite's own package."""
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 from pathlib import Path
@@ -37,7 +38,9 @@ def test_each_file_gets_its_counts_and_a_missing_module_is_named(suite, tmp_path
 
 def test_a_broken_verl_helper_fails_the_test_with_its_first_assertion_line(suite, tmp_path):
     (suite / "tests" / "conftest.py").write_text(textwrap.dedent(BREAKER))
-    done = pytest_run.run_suite(suite, FILES[:2], workers=1, timeout=None)
+    # Run from inside another pytest (an outer xdist worker, options of its own): none of that reaches the suite.
+    outer = {**os.environ, "PYTEST_XDIST_WORKER": "gw7", "PYTEST_ADDOPTS": "-x"}
+    done = pytest_run.run_suite(suite, FILES[:2], workers=1, timeout=None, environ=outer)
     concat = done.files["tests/test_concat_on_cpu.py"]
     assert (concat.passed, concat.failed) == (1, 1)  # the empty case still passes
     assert concat.failures == [{"case": "test_concat_keeps_order",
@@ -55,7 +58,7 @@ def test_the_runs_import_records_reach_the_checks_record_without_the_suites_own_
     public = tmp_path / "record"
     public.mkdir()
     pytest_run.run_suite(suite, FILES[:2], workers=2, timeout=None, overlay=overlay,
-                         environ={**__import__("os").environ, importrecord.VARIABLE: str(public)})
+                         environ={**os.environ, importrecord.VARIABLE: str(public)})
     names = read_record(public)
     assert names is not None and {"pytest", "verl", "xdist"} <= names
     assert "tests" not in names  # decided by the release, which `verl` records
