@@ -3,7 +3,8 @@
 Check modules are imported only when they run, inside the cell's own environment, so the
 harness itself never needs torch or transformers.
 
-May import: harness.errors, harness.files, harness.results, harness.plans (and, inside a cell's environment, trainers).
+May import: harness.errors, harness.files, harness.results, harness.plans, harness.envs (and, inside a cell's
+environment, trainers).
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ class CheckSpec:
     # In a row that installs verl (the `verl` axis): what of verl's own code the check runs, named in its
     # `verl:` verdicts (support/verl.py); "" where verl has no counterpart, which the report says.
     verl: str = ""
+    # Axes a cell must carry for the check to say anything (verl-tests: a row that installs verl); bisect picks
+    # its template cell among those.
+    needs_axes: tuple[str, ...] = ()
 
 
 CHECKS: dict[str, CheckSpec] = {
@@ -69,6 +73,12 @@ CHECKS: dict[str, CheckSpec] = {
         CheckSpec("vllm-chat-parity", "harness.checks.vllm_chat_parity",
                   "the trainer's tool-call parser and chat rendering agree with vLLM's parser and vLLM's own chat "
                   "path, token for token", timeout=300, needs_accelerator=False),
+        CheckSpec("verl-tests", "harness.checks.verl_tests",
+                  "the installed verl release's own CPU tests (its sdist's tests/*_on_cpu.py) in the row, a verdict "
+                  "per test file; the row inside verl's declared range is the baseline", timeout=1200,
+                  needs_accelerator=False, needs_axes=("verl",),
+                  verl="verl's own test suite from the release's sdist or git revision, run with pytest against the "
+                  "installed verl"),
     )
 }
 
@@ -85,7 +95,12 @@ VERDICTS: dict[str, tuple[str, ...]] = {
     "bridge-parity": ("*-tp[0-9]*", "*-ep[0-9]*", "packed-gdn"),
     "grpo-convergence": ("threshold", "gain", "band"),
     "vllm-chat-parity": ("tool-calls", "tool-calls-malformed", "chat-rendering"),
+    "verl-tests": ("tests/*.py",),  # one of verl's own test files
 }
+# In a verl row, a check with a verl counterpart also gives `verl:` verdicts (support/verl.py).
+for _name in ("patch-parity", "offload-regression", "nested-chunking", "grpo-convergence", "launch-plans",
+              "vllm-chat-parity"):
+    VERDICTS[_name] = (*VERDICTS.get(_name, ("*",)), "verl:*")
 
 
 def gives_verdict(check: str, verdict: str) -> bool:

@@ -17,8 +17,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness import checks
-from harness.envs import cellenv, container, interpreters
+from harness.checks.verl_tests.source import CACHE_VARIABLE as VERL_TESTS_CACHE
+from harness.checks.verl_tests.tools import UV_VARIABLE
+from harness.envs import cellenv, container, interpreters, pipconfig
 from harness.envs.cellenv import die_with_parent
+from harness.errors import EnvironmentMissing
 from harness.matrix import Cell, Matrix
 from harness.matrix.axes import VLLM_AXES
 from harness.matrix.sources import UNREACHABLE_REMEDY, unreachable_reason
@@ -270,7 +273,21 @@ def check_environment(cell: Cell, opts: RunOptions) -> dict[str, str]:
     """Variables for a check process: the device, and its determinism settings (set before the
     device runtime starts; a value the user exported wins)."""
     settings = {k: v for k, v in determinism.environment(cell.axes["device"]).items() if k not in os.environ}
-    return {**settings, **_vllm_cache(cell, opts.env_root), **opts.extra_env, "HARNESS_DEVICE": cell.axes["device"]}
+    return {**settings, **_vllm_cache(cell, opts.env_root), **_test_tools(cell, opts.env_root), **opts.extra_env,
+            "HARNESS_DEVICE": cell.axes["device"]}
+
+
+def _test_tools(cell: Cell, env_root: Path) -> dict[str, str]:
+    """In a row that installs verl, what verl-tests needs to install its test tools for its own run: the harness's
+    uv, pip's settings forwarded to it as they are to the cells' installs, and a cache folder beside the cell
+    environments."""
+    if "verl" not in cell.axes:
+        return {}
+    try:
+        uv = {UV_VARIABLE: cellenv.uv_binary()}
+    except EnvironmentMissing:
+        uv = {}
+    return {**pipconfig.uv_environment(), **uv, VERL_TESTS_CACHE: str((env_root / ".verl-tests").resolve())}
 
 
 def _vllm_cache(cell: Cell, env_root: Path) -> dict[str, str]:

@@ -22,6 +22,7 @@ from harness.results.install_verdict import of_check
 from harness.results.records import CellResult, CheckResult, Status, did_not_run
 from harness.results.sources import AWAITS, CPU_SIDE_KEY, CPU_SIDE_LABELS, cpu_side_origin
 
+from . import verl_baseline
 from .failure_text import INSTALL_MESSAGE_LIMIT, findings, is_install_failure, raised_here
 from .html.plots import convergence_series
 from .model import COLUMN_AXES, PACKAGE_AXES, ROW_AXES, Column, Entry, Report, Row, VerdictEntry
@@ -69,7 +70,7 @@ def reused_mark(cell_id: str) -> tuple[str, str | None]:
 
 
 def _verdicts(check: CheckResult) -> tuple[VerdictEntry, ...]:
-    return tuple([VerdictEntry(clean_text(v.name, 60), v.status, clean_text(v.message), bool(v.emulated),
+    return tuple([VerdictEntry(clean_text(v.name, 100), v.status, clean_text(v.message), bool(v.emulated),
                                findings(v.metrics, clean_text) if "mismatches" in v.metrics else ())
                   for v in check.verdicts])
 
@@ -191,7 +192,10 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
         kept = sorted(chosen.items(), key=lambda kc: kc[1].cell_id)
 
     found = standing_findings(kept, declarations)
-    standing, beyond, everywhere = found.covered, found.beyond, found.everywhere
+    baselines = verl_baseline.compare(kept, found.covered, found.findings)  # verl's own tests
+    standing_list = found.findings + baselines.findings
+    standing, beyond = found.covered | baselines.covered, {**found.beyond, **baselines.beyond}
+    everywhere = found.everywhere
     names: dict[tuple[str, str], set[str]] = {}
     for (_, backend, model), cell in kept:
         names.setdefault((backend, model), set()).update([check.check for check in cell.checks])
@@ -234,6 +238,9 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
                 entry.beyond_standing, entry.plain = clean_text(beyond[(cell.cell_id, check.check)], 400), False
             if everywhere and (cell.cell_id, check.check) in everywhere:
                 entry.everywhere, entry.plain = True, False
+            if (cell.cell_id, check.check) in baselines.against:
+                entry.against_baseline, entry.plain = clean_text(baselines.against[(cell.cell_id, check.check)],
+                                                                 600), False
             if entry.install is not None:
                 not_installed[entry.install.label] += 1
             else:
@@ -261,5 +268,5 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
         notes=[clean_text(n, 1000) for n in notes if str(n).strip()], problems=problems,
         cell_count=len(kept), has_emulated=has_emulated, changes=change_counts,
         last_known_good=[clean_text(line, 400) for line in last_known_good],
-        standing=found.findings, not_installed=dict(not_installed),
+        standing=standing_list, not_installed=dict(not_installed),
     )

@@ -99,6 +99,7 @@ class Entry:
     beyond_standing: str = ""  # the cases it fails beyond the standing findings ("sub-verdict: case, ...")
     everywhere: bool = False  # it fails the same way in every row that runs the check, and is no standing finding
     raised_here: str = ""  # its failure was raised in this project's code: "trainers/x.py, line 12" (the harness's)
+    against_baseline: str = ""  # a verl row's own tests against its release's baseline row (verl_baseline.py)
 
 
 def entry_extras(entry: Entry) -> list[str]:
@@ -119,6 +120,8 @@ def entry_extras(entry: Entry) -> list[str]:
     state = (entry.known_failure or {}).get("state")
     if state:
         extras.append(f"known failure {state}")
+    if entry.against_baseline:
+        extras.append(entry.against_baseline)
     if entry.repro:
         extras.append(f"repro: {entry.repro}")
     return extras

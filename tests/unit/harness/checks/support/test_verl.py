@@ -34,6 +34,10 @@ def fake_verl(tmp_path, monkeypatch):
     for name in [m for m in sys.modules if m == "verl" or m.startswith("verl.")]:
         monkeypatch.delitem(sys.modules, name)
     yield site
+    # The stand-in's modules must not outlive the test: a later `importorskip("verl")` would find them.
+    for name in [m for m in sys.modules if (m == "verl" or m.startswith("verl."))
+                 and str(site) in str(getattr(sys.modules[m], "__file__", ""))]:
+        del sys.modules[name]
 
 
 def test_the_release_and_its_declared_range_are_read_from_the_installed_metadata(fake_verl, monkeypatch):

@@ -1,0 +1,57 @@
+"""A pytest plugin the verl-tests check loads into verl's suite (`-p`): each test's and each file's outcome as
+one JSON line, written as it comes, so a run cut short still leaves what it did; and, from each process at its
+end, the file `import verl` loaded (the check holds that to the installed release) and the modules it holds.
+
+Standalone on purpose: it is copied next to the suite and imports only the standard library (pytest calls it).
+Under pytest-xdist the workers' reports reach the controller, which alone writes them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+VARIABLE = "HARNESS_VERL_TESTS_REPORTS"
+TEXT_LIMIT = 4000
+
+
+def _write(record: dict) -> None:
+    path = os.environ.get(VARIABLE)
+    if not path:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())  # one write: lines of processes never interleave
+    finally:
+        os.close(fd)
+
+
+def _controller() -> bool:
+    return not os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def _text(report) -> str:
+    try:
+        return str(report.longreprtext or "")[-TEXT_LIMIT:]
+    except Exception:  # noqa: BLE001 - a report whose representation fails still counts
+        return ""
+
+
+def pytest_runtest_logreport(report) -> None:
+    if _controller() and report.outcome != "rerun":  # pytest-rerunfailures' earlier tries: the last one counts
+        _write({"kind": "test", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+                "xfail": hasattr(report, "wasxfail"), "text": _text(report) if report.outcome != "passed" else ""})
+
+
+def pytest_collectreport(report) -> None:
+    if _controller() and report.outcome != "passed":
+        _write({"kind": "collect", "nodeid": report.nodeid, "outcome": report.outcome, "text": _text(report)})
+
+
+def pytest_sessionfinish(session) -> None:
+    module = sys.modules.get("verl")
+    if module is not None and getattr(module, "__file__", None):
+        _write({"kind": "verl", "file": os.path.realpath(module.__file__), "pid": os.getpid()})
+    # What this process holds: pytest's assertion rewriter imports the plugins and the suite's modules itself,
+    # ahead of the import recorder, which therefore never sees them.
+    _write({"kind": "modules", "names": sorted({name.partition(".")[0] for name in list(sys.modules)})})

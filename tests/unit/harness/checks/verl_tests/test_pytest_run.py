@@ -1,0 +1,100 @@
+"""One pytest run of a (stand-in) verl suite: outcomes per file, a broken helper turning a test red, collection
+errors named, and the run's import records handed to the check's record without the suite's own package."""
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+from verl_suite_helpers import BREAKER, fake_sdist, fake_verl
+
+from harness.checks.verl_tests import pytest_run, source
+from harness.envs import importrecord
+from harness.execution.module_providers import read_record
+
+FILES = ["tests/test_concat_on_cpu.py", "tests/test_math_on_cpu.py", "tests/test_needs_missing_on_cpu.py",
+         "tests/utils/test_reads_source_on_cpu.py"]
+
+
+@pytest.fixture
+def suite(tmp_path) -> Path:
+    site = fake_verl(tmp_path / "site")
+    origin = source.Origin("sdist", "x", fake_sdist(tmp_path / "links"))
+    return source.prepare(origin, site / "verl", tmp_path / "suite")
+
+
+def test_each_file_gets_its_counts_and_a_missing_module_is_named(suite, tmp_path):
+    done = pytest_run.run_suite(suite, FILES, workers=2, timeout=None, log=tmp_path / "log")
+    files = done.files
+    assert (files["tests/test_concat_on_cpu.py"].passed, files["tests/test_math_on_cpu.py"].passed) == (2, 2)
+    assert files["tests/utils/test_reads_source_on_cpu.py"].passed == 1  # verl's files, read through the link
+    missing = files["tests/test_needs_missing_on_cpu.py"]
+    assert missing.missing_module == "no_such_module_for_verl_tests" and missing.ran == 0
+    assert done.verl_loaded and all(Path(p).resolve() == (tmp_path / "site" / "verl" / "__init__.py").resolve()
+                                    for p in done.verl_loaded)
+
+
+def test_a_broken_verl_helper_fails_the_test_with_its_first_assertion_line(suite, tmp_path):
+    (suite / "tests" / "conftest.py").write_text(textwrap.dedent(BREAKER))
+    # Run from inside another pytest (an outer xdist worker, options of its own): none of that reaches the suite.
+    outer = {**os.environ, "PYTEST_XDIST_WORKER": "gw7", "PYTEST_ADDOPTS": "-x"}
+    done = pytest_run.run_suite(suite, FILES[:2], workers=1, timeout=None, environ=outer)
+    concat = done.files["tests/test_concat_on_cpu.py"]
+    assert (concat.passed, concat.failed) == (1, 1)  # the empty case still passes
+    assert concat.failures == [{"case": "test_concat_keeps_order",
+                                "first assertion line": "assert [2, 1] == [1, 2]"}]
+    assert done.files["tests/test_math_on_cpu.py"].passed == 2 and done.returncode == 1
+
+
+def test_the_runs_import_records_reach_the_checks_record_without_the_suites_own_package(suite, tmp_path):
+    # The cell's .pth line, as a sitecustomize in the overlay: each process of the run records itself.
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    shutil.copyfile(importrecord.__file__, overlay / f"{importrecord.INSTALLED_AS}.py")
+    (overlay / "sitecustomize.py").write_text(
+        f"import os\nos.environ.get({importrecord.VARIABLE!r}) and __import__({importrecord.INSTALLED_AS!r})\n")
+    public = tmp_path / "record"
+    public.mkdir()
+    pytest_run.run_suite(suite, FILES[:2], workers=2, timeout=None, overlay=overlay,
+                         environ={**os.environ, importrecord.VARIABLE: str(public)})
+    names = read_record(public)
+    assert names is not None and {"pytest", "verl", "xdist"} <= names
+    assert "tests" not in names  # decided by the release, which `verl` records
+    assert len(list(public.glob("*.imports"))) >= 3  # the controller and both workers
+
+
+def test_an_untrusted_record_stays_untrusted(tmp_path):
+    private, public = tmp_path / "private", tmp_path / "public"
+    private.mkdir()
+    public.mkdir()
+    (private / "1.imports").write_text(f"{importrecord.HEADER}\npytest\ntests\n")
+    (private / "2.imports").write_text(f"{importrecord.HEADER}\ntorch")  # cut: no final newline
+    pytest_run.hand_over_records(private, public)
+    assert read_record(public) is None
+    (public / "verl-tests-2.imports").unlink()
+    assert read_record(public) == {"pytest"}
+
+
+def test_outcomes_count_setup_errors_reruns_and_xfails_as_pytest_means_them():
+    records = [
+        {"kind": "test", "nodeid": "tests/a.py::t1", "when": "setup", "outcome": "failed", "text": "E   boom"},
+        {"kind": "test", "nodeid": "tests/a.py::t2", "when": "call", "outcome": "skipped", "xfail": True},
+        {"kind": "test", "nodeid": "tests/a.py::t3", "when": "call", "outcome": "passed"},
+        {"kind": "test", "nodeid": "tests/a.py::t3", "when": "teardown", "outcome": "passed"},
+        {"kind": "collect", "nodeid": "tests/sub", "outcome": "failed", "text": "E   SyntaxError: bad"},
+        {"kind": "collect", "nodeid": "tests/b.py", "outcome": "skipped", "text": "Skipped: needs a GPU"},
+    ]
+    per = pytest_run.outcomes(records, ["tests/a.py", "tests/b.py", "tests/sub/c.py"])
+    assert (per["tests/a.py"].errored, per["tests/a.py"].skipped, per["tests/a.py"].passed) == (1, 1, 1)
+    assert per["tests/a.py"].failures[0]["first assertion line"] == "error in setup: boom"
+    assert per["tests/sub/c.py"].collect == "SyntaxError: bad" and not per["tests/sub/c.py"].missing_module
+    assert per["tests/b.py"].skip_reason == "Skipped: needs a GPU"
+
+
+def test_the_command_runs_in_parallel_with_a_per_test_timeout_only_when_asked():
+    argv = pytest_run.command(["tests/a.py"], workers=4, timeout=300, python="py")
+    assert argv[:3] == ["py", "-m", "pytest"] and ["-n", "4"] == argv[argv.index("-n"):argv.index("-n") + 2]
+    assert "--timeout" in argv and "--continue-on-collection-errors" in argv and argv[-1] == "tests/a.py"
+    assert "-n" not in pytest_run.command(["tests/a.py"], workers=1, timeout=None)
