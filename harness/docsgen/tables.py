@@ -44,6 +44,13 @@ def checks_table(link_prefix: str = "") -> str:
     return _table(["check", "backends", "time limit", "what it answers"], rows)
 
 
+def verl_table() -> str:
+    """Every registered check and, in a verl row, the verl code it runs (CheckSpec.verl) or "no verl counterpart"."""
+    rows = [[f"[`{spec.name}`](checks/{spec.name}.md)", spec.verl or "no verl counterpart: this project's code only"]
+            for spec in CHECKS.values() if spec.module.startswith("harness.checks.")]
+    return _table(["check", "in a verl row"], rows)
+
+
 def exit_status_table() -> str:
     """0, 1 and 130 from harness/errors.py's constants, the rest from its error classes' docstrings."""
     rows = [[str(errors.DONE), "done", "the verb did its work; a run's check failures are in the report, not the "

@@ -308,7 +308,7 @@ def _finish(result: CellResult, cell: Cell, opts: RunOptions, start: float) -> C
         raise KeyboardInterrupt
     result.finished, result.duration = now(), round(time.perf_counter() - start, 3)
     # How to install the row by hand, whatever happened: a row whose pins conflict needs it most.
-    result.environment["install"] = cell.install_order()
+    result.environment.update(cell.install_record())  # a verl row's: its pins and those outside verl's range too
     if cell.resolved:  # which releases `newest` and the like named on the day of the run
         result.environment["resolved"] = [r.to_dict() for r in cell.resolved]
     reapply_known_failures(result, cell)  # the kept results, too

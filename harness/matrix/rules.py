@@ -2,7 +2,8 @@
 
 A package axis or `python` takes a PEP 440 specifier set (">=5.2,<5.9", "==2.13.0", ">=3.12"), a
 release symbol ("newest": the cells that name it; a specifier compares a symbol by its stand-in, see
-symbols.py), or "absent" for cells without that axis (the non-vLLM cells: `vllm_cpu = "absent"`); a choice or image
+symbols.py), or "absent" for cells without that axis (the non-vLLM cells: `vllm_cpu = "absent"`), or a git source
+as written (sources.py: the row of that revision; no version specifier matches one); a choice, extra or image
 axis takes a value or a list of values. A selector matches a cell when every key matches.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from . import symbols
 from .axes import ALL_AXES, CHOICE_AXES, VERSION_AXES
 from .sources import is_source
+from .sources import parse as parse_source
 
 ABSENT = "absent"  # a package axis the cell does not have
 
@@ -29,7 +31,7 @@ class Selector:
     specifiers: tuple[tuple[str, SpecifierSet], ...] = ()
     choices: tuple[tuple[str, frozenset[str]], ...] = ()
     absent: tuple[str, ...] = ()
-    named: tuple[tuple[str, str], ...] = ()  # (axis, symbol): cells whose value is that symbol, as written
+    named: tuple[tuple[str, str], ...] = ()  # (axis, symbol or git source): cells with that value as written
 
     @classmethod
     def parse(cls, table: Any, where: str) -> Selector:
@@ -45,7 +47,12 @@ class Selector:
                 if value == ABSENT:
                     absent.append(axis)
                     continue
-                if symbols.parse(value):
+                if is_source(value):
+                    try:
+                        parse_source(value)
+                    except ValueError as exc:
+                        raise RuleError(f"{where}.{axis}: {exc}") from None
+                if symbols.parse(value) or is_source(value):
                     named.append((axis, value))
                     continue
                 text = value if value[:1] in "<>=!~" else f"=={value}"

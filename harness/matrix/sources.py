@@ -5,6 +5,9 @@ support, which no release on the package index has yet. A matrix names the revis
 
     mbridge = "git+https://github.com/ISEEKYAN/mbridge@9b43cc0d0e220416523a9fe46e9164558870b124"
 
+verl's own code between releases is a row the same way (`verl = "git+https://github.com/verl-project/verl@SHA"`),
+named by a full commit hash: a branch or a tag would move under the row from one run to the next.
+
 Only the form above is accepted, on an allowed host, with owner, repository and revision made of
 plain characters (no user, port, query, fragment or option), so nothing else reaches uv. The axes that
 take such a value are listed in SOURCE_AXES; every other package axis stays an exact release.
@@ -15,7 +18,9 @@ import re
 from dataclasses import dataclass
 
 # axes whose value may be a git source (their distribution is built from the repository at REV)
-SOURCE_AXES = ("mbridge",)
+SOURCE_AXES = ("mbridge", "verl")
+COMMIT_AXES = ("verl",)  # source axes whose revision must be a full commit hash
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 ALLOWED_HOSTS = ("github.com", "gitlab.com")
 _SOURCE = re.compile(r"^git\+https://(?P<host>[a-z0-9.-]{1,63})/(?P<owner>[A-Za-z0-9][A-Za-z0-9_.-]{0,38})/"
                      r"(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]{0,99}?)(?:\.git)?@(?P<rev>[A-Za-z0-9][A-Za-z0-9_.-]{0,99})$")
@@ -54,6 +59,15 @@ def parse(value: str) -> GitSource:
     if match["host"] not in ALLOWED_HOSTS or ".." in value:
         raise SourceError(f"{value!r}: host {match['host']!r} is not one of {', '.join(ALLOWED_HOSTS)}")
     return GitSource(match["host"], match["owner"], match["repo"], match["rev"])
+
+
+def parse_for(axis: str, value: str) -> GitSource:
+    """`parse`, and for an axis in COMMIT_AXES a revision that is a full commit hash."""
+    source = parse(value)
+    if axis in COMMIT_AXES and not _COMMIT.match(source.rev):
+        raise SourceError(f"{value!r}: {axis} from git names a full 40-character commit hash, not {source.rev!r} "
+                          "(a branch or tag moves)")
+    return source
 
 
 def requirement(distribution: str, value: str) -> str:

@@ -62,7 +62,7 @@ def cell_result(matrix_name: str, cell: Cell, resolution: Resolution, target: Ta
                         [_check_result(name, cell, resolution) for name in cell.checks], lock=lock,
                         started=stamp, finished=stamp, duration=resolution.seconds)
     result.environment = {"preflight": resolution.verdict, "origin": origin_line(stamp[:10]),
-                          "target": str(target), "install": cell.install_order()}
+                          "target": str(target), **cell.install_record()}
     if resolution.built:
         result.environment["built_on_runner"] = list(resolution.built)
     return result

@@ -13,8 +13,8 @@ data in model.py), and render gives each format of it: report.md (markdown.py), 
 report.json and support.json (json_files.py), report.junit.xml (junit.py). command.py is the `report` verb:
 it writes every format into DIR, or prints one (`--format`), and checks a baseline (history.py).
 What the report says is decided in row_verdicts.py (a verdict per row), standing_findings.py, ranges.py,
-pins.py and order.py; safe_text.py cleans and escapes what result files say, failure_text.py reads install
-failures and parser findings.
+pins.py, verl_rows.py (what a verl row says of verl's code and its range) and order.py; safe_text.py cleans
+and escapes what result files say, failure_text.py reads install failures and parser findings.
 
 May import: harness.errors, harness.files, harness.results, harness.checks, harness.matrix.
 """

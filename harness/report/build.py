@@ -22,7 +22,7 @@ from harness.results.install_verdict import of_check
 from harness.results.records import CellResult, CheckResult, Status, did_not_run
 from harness.results.sources import AWAITS, CPU_SIDE_KEY, CPU_SIDE_LABELS, cpu_side_origin
 
-from . import verl_baseline
+from . import verl_baseline, verl_rows
 from .failure_text import INSTALL_MESSAGE_LIMIT, findings, is_install_failure, raised_here
 from .html.plots import convergence_series
 from .model import COLUMN_AXES, PACKAGE_AXES, ROW_AXES, Column, Entry, Report, Row, VerdictEntry
@@ -157,6 +157,11 @@ def _environment(cell: CellResult, cleaned: Cleaned) -> dict[str, str]:
     steps = cell.environment.get("install")
     if isinstance(steps, list) and steps:  # the row's install order: numbered, and longer than other values
         shown["install"] = clean_text(" ".join(f"{n}. {step}" for n, step in enumerate(steps, 1)), 1500)
+    if verl_rows.AXIS in cell.axes:  # what is verl's code and what is this project's, and the range it crosses
+        shown["verl"] = clean_text(verl_rows.code_split(c.check for c in cell.checks), 1500)
+        outside = verl_rows.outside_text(cell.environment.get("outside_range"))
+        if outside:
+            shown["outside_range"] = clean_text(outside, 600)
     return shown
 
 
@@ -216,6 +221,10 @@ def _build_report(cells: Iterable[CellResult], title: str, notes: Iterable[str],
         if row is None:
             row = rows[row_key] = Row(tuple([axis_text[v] for v in row_key]), {}, [],
                                       _environment(cell, environment_text))
+            if verl_rows.AXIS in cell.axes:
+                pins, overrides = verl_rows.install_pins(cell)
+                row.requirements = tuple(clean_text(p, 300) for p in pins)
+                row.overrides = tuple(clean_text(o, 300) for o in overrides)
         cell_id, lock = clean_text(cell.cell_id, 300), safe_link(cell.lock)
         row.cells.append(cell_id)
         if not cell.checks:

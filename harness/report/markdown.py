@@ -92,8 +92,9 @@ def _details_block(report: Report, row: Row, verdict: RowVerdict) -> str:
     lines = [f"<details><summary>{html_text(verdict.label)}: {html_text(axes)}</summary>", ""]
     lines += [f"- **{md_text(report.columns[i].label)}**: {entry_text(entry)}"
               for i, entry in row.entries.items()]
-    if row.environment.get("resolved"):  # the releases `newest` and the like named on the day of the run
-        lines.append(f"- **resolved**: {md_text(row.environment['resolved'])}")
+    for key in ("resolved", "verl", "outside_range"):  # `newest` resolved; a verl row: whose code, verl's range
+        if row.environment.get(key):
+            lines.append(f"- **{key}**: {md_text(row.environment[key])}")
     return "\n".join([*lines, "", "</details>"])
 
 
@@ -126,7 +127,8 @@ def _pins_lines(report: Report) -> list[str]:
             lines.append(f"- **{md_text(box.title)}**: {none} (by verdict: {md_text(box.by_verdict)})")
         else:
             lines.append(f"- **{md_text(box.title)}** ({md_text(box.chosen)}): "
-                         + md_text(box.command.replace("\n", " && ")))
+                         + md_text(box.command.replace("\n", " && "))
+                         + (f" ({md_text(box.outside)}: installed through uv's --override)" if box.outside else ""))
     return ["## Use these pins", "", *lines, ""] if lines else []
 
 

@@ -133,6 +133,10 @@ class Row:
     entries: dict[int, Entry]  # column index -> entry, in column order (so a cell's entries are neighbours)
     cells: list[str]
     environment: dict[str, str]
+    # A verl row's install, for its pins box (verl_rows.install_pins): its requirements in install order and the
+    # override lines it installed with (pins outside verl's declared range); empty for other rows.
+    requirements: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

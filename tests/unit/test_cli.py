@@ -18,13 +18,15 @@ def test_matrix_list_json_gives_ids_axes_tags_and_pins():
     done = harness("matrix", "list", "matrices/cpu.toml", "--json")
     assert done.returncode == 0
     cells = json.loads(done.stdout)
-    # 8 Megatron cells: the mbridge-from-source row joined the seven release rows
-    assert len(cells) == 31 and sum(c["axes"]["backend"] == "megatron" for c in cells) == 8
+    # 8 Megatron cells: the mbridge-from-source row joined the seven release rows; 8 verl rows (docs/verl.md)
+    assert len(cells) == 39 and sum(c["axes"]["backend"] == "megatron" for c in cells) == 8
+    assert sum("verl" in c["axes"] for c in cells) == 8
     assert [c["id"] for c in cells if c["axes"]["mode"] == "fully-async"] == [
         "fsdp-text-tfnewest-torch2.13.0-td0.15.3-fully-async"]
     first = cells[0]
     assert first["id"] == "fsdp-text-tf5.1.0-torch2.13.0-td0.10.0"
     assert "transformers==5.1.0" in first["requirements"]
+    assert first["install"] == ["uv pip install " + " ".join(first["requirements"])]  # its install order
 
 
 @pytest.mark.parametrize("args, expected", [

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from harness.results.records import Status
 
+from .. import verl_rows
 from ..failure_text import install_reason, is_install_failure
 from ..model import ABSENT, FAILING, STATUS_LETTERS, STATUS_VALUES, Report
 from ..order import backend_model_key, check_order
@@ -104,18 +105,22 @@ def check_names(report: Report) -> list[str]:
 
 
 def groups(report: Report) -> list[Group]:
-    """The lines grouped under the first varying axis, each labelled by what varies inside its group."""
+    """The lines grouped under the first varying axis, each labelled by what varies inside its group. verl rows
+    are grouped by their verl release first (a verl user finds theirs first), the other rows as without verl."""
     varying, _ = varying_axes(report)
-    group_axis = varying[0] if len(varying) > 1 else None
+    verl_at = report.axes.index(verl_rows.AXIS) if verl_rows.AXIS in report.axes else None
+    rest = [p for p in varying if p != verl_at]
+    plain_axis = rest[0] if len(varying) > 1 and rest else None  # what groups the rows without verl
     models = len({c.model for c in report.columns}) > 1
-    found: dict[str, list[Line]] = {}
+    found: dict[tuple[int | None, str], list[Line]] = {}
     for line in lines(report):
-        value = report.rows[line.row].axes[group_axis] if group_axis is not None else ""
-        found.setdefault(value, []).append(line)
+        axes = report.rows[line.row].axes
+        position = verl_at if verl_at in varying and axes[verl_at] else plain_axis
+        found.setdefault((position, axes[position] if position is not None else ""), []).append(line)
     out = []
-    for value, members in found.items():
+    for (group_axis, value), members in found.items():
         members.sort(key=lambda ln: (backend_model_key(ln.backend, ln.model), ln.row))
-        heading = [f"{report.axes[group_axis]} {value or ABSENT}"] if group_axis is not None else []
+        heading = [_group_name(report.axes[group_axis], value)] if group_axis is not None else []
         heading += _shared(report, members, [p for p in varying if p != group_axis])
         kinds: dict[tuple[str, str], list[Line]] = {}
         per_backend: list[str] = []
@@ -133,6 +138,13 @@ def groups(report: Report) -> list[Group]:
                 line.label = " · ".join([name, *(f"{report.axes[p]} {axes[p]}" for p in inner if axes[p])])
         out.append(Group(" · ".join(heading) + "".join(f"; {part}" for part in per_backend), members))
     return out
+
+
+def _group_name(axis: str, value: str) -> str:
+    """A group's heading: 'transformers 5.9.0', or a verl release ('verl 0.9.1')."""
+    if axis == verl_rows.AXIS:
+        return verl_rows.release_label(value)
+    return f"{axis} {value or ABSENT}"
 
 
 def _values(report: Report, members: list[Line], position: int) -> set[str]:
@@ -172,7 +184,8 @@ def _box(box: PinsBox) -> str:
             f' (<a href="#{box.line.anchor}">its line</a>): {e(versions)}'
             + (f"{'; ' if versions else ''}Python {e(box.python)}" if box.python else "")
             + (f"; {e(other)}" if other else "") + ".</p>"
-            f'<pre aria-label="{e(box.title)} install commands">{e(box.command)}</pre></div>')
+            + (f"<p>{e(box.outside)}: installed through uv's --override.</p>" if box.outside else "")
+            + f'<pre aria-label="{e(box.title)} install commands">{e(box.command)}</pre></div>')
 
 
 def pins_html(report: Report) -> list[str]:

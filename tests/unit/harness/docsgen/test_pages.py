@@ -2,6 +2,7 @@
 or a new check makes a page stale, and rewriting the pages makes them agree."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import pytest
@@ -37,10 +38,23 @@ def test_a_hand_edited_table_is_stale(tmp_path):
 def test_a_check_added_to_the_registry_makes_the_pages_stale(tmp_path, monkeypatch):
     root = _copy(tmp_path)
     monkeypatch.setitem(CHECKS, "new-check", CheckSpec("new-check", "harness.checks.new_check", "answers something"))
-    assert {item.block for item in pages.stale(root)} == {"checks", "checks-from-readme", "checks-from-docs"}
+    assert {item.block for item in pages.stale(root)} == {"checks", "checks-from-readme", "checks-from-docs",
+                                                          "verl-counterparts"}
     pages.write(root)
     assert pages.stale(root) == []
     assert "[`new-check`](docs/checks/new-check.md)" in (root / "README.md").read_text()
+
+
+def test_a_checks_verl_counterpart_is_in_the_verl_page(tmp_path, monkeypatch):
+    """docs/verl.md's table says which checks run verl's code in a verl row, from CheckSpec.verl."""
+    root = _copy(tmp_path)
+    spec = dataclasses.replace(CHECKS["offload-regression"], verl="apply_fsdp2, fsdp2_load_full_state_dict")
+    monkeypatch.setitem(CHECKS, "offload-regression", spec)
+    assert [(item.page.name, item.block) for item in pages.stale(root)] == [("verl.md", "verl-counterparts")]
+    pages.write(root)
+    page = (root / "docs" / "verl.md").read_text()
+    assert "| [`offload-regression`](checks/offload-regression.md) | apply_fsdp2, fsdp2_load_full_state_dict" in page
+    assert "| [`stack-smoke`](checks/stack-smoke.md)" in page and "no verl counterpart" in page
 
 
 def test_an_unknown_block_is_an_error():

@@ -9,6 +9,7 @@ import pytest
 from fake_index import FakeIndex
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+from verl_index import verl_index, write_matrix
 
 from harness import matrix
 from harness.errors import InputError
@@ -146,6 +147,21 @@ def test_a_git_source_pin_is_not_read_as_a_release():
     assert resolver.misfit("transformers", Version("5.24.0"), pins, "3.11") is None
 
 
+def test_newest_is_resolved_within_verls_declared_range_and_its_extras(tmp_path, monkeypatch):
+    """The other pins' declared requirements bind `newest`: tensordict in a verl 0.9.1 row is the newest inside
+    verl's <=0.10.0, and torch in a verl[cpu] row is the 2.11.0 its extra pins (a plain verl row sets no torch)."""
+    fake = verl_index(tmp_path, monkeypatch)
+    m = matrix.load(write_matrix(tmp_path, '[[include]]\nverl = "0.9.1"\nverl_extra = ["cpu", "fsdp"]\n'
+                                           'tensordict = "newest"\ntorch = "newest"\n'))
+    cells = {c.axes["verl_extra"]: c for c in resolve_cells(m, [c for c in m.cells if "verl" in c.axes],
+                                                            resolver(fake, tmp_path))}
+    assert (cells["cpu"].axes["torch"], cells["cpu"].axes["tensordict"]) == ("2.11.0", "0.10.0")
+    assert (cells["fsdp"].axes["torch"], cells["fsdp"].axes["tensordict"]) == ("2.13.0", "0.10.0")
+    assert "2.13.0: verl[cpu] 0.9.1 requires torch==2.11.0" in cells["cpu"].resolved[0].passed_over
+    tensordict = cells["fsdp"].resolved[1]
+    assert "0.15.3: verl[fsdp] 0.9.1 requires tensordict!=0.9.0,<=0.10.0,>=0.8.0" in tensordict.passed_over
+
+
 # --- matrices/cuda.toml's conflict rows, against the releases' declared requirements -------------------
 
 MATRICES = Path(__file__).resolve().parents[4] / "matrices"
@@ -161,7 +177,9 @@ def declared():
 
 def test_every_vllm_release_has_accepted_rows_and_a_conflict_row_on_its_own_torch():
     resolver = declared()
-    cells = [c for c in matrix.load(CUDA).cells if c.axes.get("backend") == "fsdp" and "vllm" in c.axes]
+    # (a verl row's vLLM is the one its verl extra asks for: test_verl_matrix_rows.py)
+    cells = [c for c in matrix.load(CUDA).cells if c.axes.get("backend") == "fsdp" and "vllm" in c.axes
+             and "verl" not in c.axes]
     releases = sorted({c.axes["vllm"] for c in cells}, key=Version)
     assert len(releases) >= 7, releases  # 0.27.0 to 0.33.0
     for release in releases:

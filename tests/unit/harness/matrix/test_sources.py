@@ -162,3 +162,28 @@ def test_the_report_shows_a_git_source_row_beside_release_rows():
                        checks=[CheckResult("stack-smoke", Status.PASS, "ok")])]
     page = to_html(build_report(rows))
     assert SOURCE in page and "0.15.1" in page and "<x>" not in page
+
+
+VERL_SOURCE = "git+https://github.com/verl-project/verl@1dda039b9c6311889a9c9a26040677e1254814f9"
+VERL_HEAD = HEAD.replace('backend = ["megatron"]', 'backend = ["fsdp"]').replace('megatron_core = "0.16.1"\n', "")
+
+
+def test_verl_from_git_is_a_row_named_by_its_commit_that_a_selector_can_name(tmp_path):
+    m = _load(tmp_path, VERL_HEAD + f'verl = "{VERL_SOURCE}"\nverl_extra = "cpu"\n'
+                                    f'[[tags]]\ntag = "verl-git"\nwhen = {{ verl = "{VERL_SOURCE}" }}\n')
+    cell, = m.select(tags=["verl-git"])
+    assert cell.id == "fsdp-text-verlgit-1dda039b9c63-extra-cpu-tf5.23.0"
+    assert cell.requirements[0] == f"verl[cpu] @ {VERL_SOURCE}" and "verl" not in cell.pinned_releases()
+
+
+@pytest.mark.parametrize("rev", ["main", "v0.9.1", "1dda039b9c63"])
+def test_verl_from_git_names_a_full_commit(tmp_path, rev):
+    with pytest.raises(InputError) as caught:
+        _load(tmp_path, VERL_HEAD + f'verl = "git+https://github.com/verl-project/verl@{rev}"\n')
+    assert "include[0].verl" in str(caught.value) and "full 40-character commit hash" in str(caught.value)
+
+
+def test_a_selector_naming_a_malformed_source_is_refused(tmp_path):
+    with pytest.raises(InputError, match=r"tags\[0\]\.when\.verl: .*not a git source"):
+        _load(tmp_path, VERL_HEAD + f'verl = "{VERL_SOURCE}"\n[[tags]]\ntag = "x"\n'
+                                    'when = { verl = "git+https://github.com/verl-project/verl" }\n')
