@@ -147,13 +147,24 @@ def _gradients(hf, model, ids, mask, broken, groups, padding_idx, bridge) -> dic
     reduce_gradients(model, groups, skip=GDN_PARAMETERS if broken == "grad-skip" else ())
     grads = {name: (p.grad if p.grad is not None else torch.zeros_like(p)) for name, p in model.named_parameters()}
     gathered = bridge.gather_hf_state(model, hf.config, local=grads)
-    errors = {}
+    errors, nonfinite = {}, []
     for name, parameter in hf.named_parameters():
         want = parameter.grad if parameter.grad is not None else torch.zeros_like(parameter)
         scale = float(want.abs().max()) or 1.0
         errors[name] = float((gathered[name] - want).abs().max()) / scale
-    worst = max(errors, key=errors.get)
-    gdn = {k: v for k, v in errors.items() if k.rsplit(".", 1)[-1] in ("A_log", "dt_bias")
-           or ".conv1d." in k or ".linear_attn.norm." in k}
-    return {"max_rel_grad_error": errors[worst], "worst_grad": worst,
-            "max_rel_grad_error_gdn": max(gdn.values(), default=None), "grads_compared": len(errors)}
+        if not (torch.isfinite(gathered[name]).all() and torch.isfinite(want).all()):
+            nonfinite.append(name)
+    return gradient_summary(errors, nonfinite)
+
+
+def gradient_summary(errors: dict[str, float], nonfinite: list[str]) -> dict:
+    """The worst relative gradient error (NaN-aware: a NaN anywhere is the worst), overall and over the GDN
+    parameters, and the parameters whose gradient was not finite on either side."""
+    from trainers.worst import worst, worst_key
+
+    name = worst_key(errors)
+    gdn = [v for k, v in errors.items() if k.rsplit(".", 1)[-1] in ("A_log", "dt_bias")
+           or ".conv1d." in k or ".linear_attn.norm." in k]
+    return {"max_rel_grad_error": errors[name], "worst_grad": name,
+            "max_rel_grad_error_gdn": worst(gdn) if gdn else None, "grads_compared": len(errors),
+            "nonfinite_grads": nonfinite[:20]}
