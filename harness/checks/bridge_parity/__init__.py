@@ -17,7 +17,10 @@ of at most that many ranks: 1 runs TP=1 alone, for a one-GPU runner. Per model a
 calling it: refused (0.16.1: NotImplementedError) -> pass, the reason for use_remove_padding=False;
 accepted and keeps sequences apart -> pass; accepted but leaks state across them -> fail.
 Where megatron-core's GDN refuses packed input only in the deterministic mode the harness sets (no FLA),
-the probe asks it again outside that mode (packed.py) and the verdict says which refused.
+the probe asks it again outside that mode (packed.py) and the verdict says which refused. With FLA's kernels
+emulated there, every comparison but one runs megatron-core's own torch rule on both sides, so the packed
+output is also held to transformers' GatedDeltaNet on the same weights, each sequence alone; that verdict
+is marked emulated, and fails without the reference.
 `text-full-attention-tp1` (every layer full attention) is an extra comparison, not the Megatron
 verdict. Each verdict names the bridge that converted the weights (message and metrics). The worst error
 of every comparison is NaN where any is, and a non-finite gradient fails its verdict.
@@ -152,21 +155,43 @@ def packed_verdict(data: dict | None) -> Verdict:
         return Verdict("packed-gdn", Status.FAIL, f"the harness's deterministic_mode refuses packed input "
                        f"({harness_mode}); outside it the probe failed ({probe['error']}), so {own}'s own answer "
                        "is not measured", metrics=metrics)
-    emulated = (f" (FLA's {' and '.join(probe['emulated_kernels'])} emulated on CPU, one sequence at a time)"
-                if probe.get("emulated_kernels") else "")
+    is_emulated = bool(probe.get("emulated_kernels"))
+    emulated = (f" (emulated: FLA's {' and '.join(probe['emulated_kernels'])} stood in on CPU by megatron-core's "
+                "own torch rule, one sequence at a time)" if is_emulated else "")
     setting = (f"; only the harness's deterministic_mode (set where flash-linear-attention is absent) refuses it: "
                f"{harness_mode}" if harness_mode else "")
+    judged = _against_reference(probe, is_emulated)
     if not probe["keeps_sequences_apart"]:
         return Verdict("packed-gdn", Status.FAIL, f"{own} accepts packed input{emulated} but leaks state across "
-                       f"sequences (max error {probe['max_leak']:.3g}){setting}", metrics=metrics)
+                       f"sequences (max error {probe['max_leak']:.3g}){setting}", metrics=metrics,
+                       emulated=is_emulated)
     if probe.get("matches_padded") is False:
         return Verdict("packed-gdn", Status.FAIL, f"{own} accepts packed input{emulated} and keeps sequences apart, "
                        f"but differs from the padded batch (max error {probe['max_padded_error']:.3g}){setting}",
-                       metrics=metrics)
+                       metrics=metrics, emulated=is_emulated)
+    if judged is not None:
+        return Verdict("packed-gdn", Status.FAIL, f"{own} accepts packed input{emulated} and keeps sequences apart, "
+                       f"but {judged}{setting}", metrics=metrics, emulated=is_emulated)
     padded = (f", and matches the padded batch (max error {probe['max_padded_error']:.2g})"
               if probe.get("max_padded_error") is not None else "")
+    reference = (f"; against {probe['reference']}: max error {probe['max_reference_error']:.2g} on outputs up to "
+                 f"{probe['reference_scale']:.2g}" if probe.get("max_reference_error") is not None else "")
     return Verdict("packed-gdn", Status.PASS, f"{own} accepts packed (THD) input{emulated} and keeps sequences "
-                   f"apart (max error {probe['max_leak']:.2g}){padded}{setting}", metrics=metrics)
+                   f"apart (max error {probe['max_leak']:.2g}){padded}{reference}{setting}", metrics=metrics,
+                   emulated=is_emulated)
+
+
+def _against_reference(probe: dict, emulated: bool) -> str | None:
+    """Why the packed output is not held to an independent implementation ('differs from ...', 'is held to no
+    ...'), or None where it matches one. With emulated kernels every other comparison runs megatron-core's own
+    recurrence on both sides, so a reference is required there."""
+    if probe.get("matches_reference") is False:
+        return (f"differs from {probe['reference']} (max error {probe['max_reference_error']:.3g} on outputs up to "
+                f"{probe['reference_scale']:.3g})")
+    if emulated and probe.get("matches_reference") is None:
+        return ("is held to no implementation but megatron-core's own (its torch rule on every side of the "
+                "comparison), so whether the recurrence is right is not measured")
+    return None
 
 
 def _version(distribution: str) -> str:

@@ -6,7 +6,8 @@ Per case (model kind + variant), on every rank of a job (ranks.py runs it):
 - gradients: the same loss backpropagated through both; the Megatron gradients reduced as the
   trainer reduces them (grads.py, each data-parallel rank taking its share of the rows),
   gathered into HF layout by the same mapping, and compared with HF's, parameter by parameter;
-- packed sequences (cases with Gated DeltaNet): megatron-core's GDN called with THD input (packed.py).
+- packed sequences (cases with Gated DeltaNet): megatron-core's GDN called with THD input (packed.py), and
+  held to transformers' own GatedDeltaNet on the same weights, each sequence alone (`hf_reference`).
 `break_mapping` makes the mapping wrong on purpose (PROJECT_BREAKS), so tests can watch the verdicts fail.
 `batch` and `next_token_logprobs` are shared with library.py, Megatron-Bridge's own bridge on the same batch.
 """
@@ -115,9 +116,24 @@ def compare(kind: str, variant: str, sizes, seed: int, broken: str | None) -> di
     layers = gated_delta_net_layers(model)
     out["gated_delta_net_layers"] = len(layers)
     if layers:
-        out["packed"] = probe_packed_gdn(layers[0], ignore_boundaries=broken == "packed")
+        reference, name = hf_reference(hf)
+        out["packed"] = probe_packed_gdn(layers[0], ignore_boundaries=broken == "packed", reference=reference,
+                                         reference_name=name)
     out["seconds"] = round(time.perf_counter() - started, 3)
     return out
+
+
+def hf_reference(hf):
+    """(transformers' first GatedDeltaNet layer of `hf` as a function of one sequence's hidden states, its name):
+    the same weights megatron-core's first GDN layer was loaded with (the layers are in the same order), run
+    by transformers' own code (its torch path where flash-linear-attention is absent). (None, "") without one."""
+    import transformers
+
+    layer = next((m for m in hf.modules() if type(m).__name__.endswith("GatedDeltaNet")), None)
+    if layer is None:
+        return None, ""
+    return (lambda x: layer(hidden_states=x)), (f"transformers {transformers.__version__}'s "
+                                                 f"{type(layer).__name__} on the same weights, each sequence alone")
 
 
 def _gradients(hf, model, ids, mask, broken, groups, padding_idx, bridge) -> dict:
