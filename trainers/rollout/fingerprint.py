@@ -47,7 +47,9 @@ def fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> str:
     items = sorted(named, key=lambda item: item[0])
     if not items:
         raise ValueError("no tensors to fingerprint")
-    sums = torch.stack([_sums(t).cpu() for _, t in items]).tolist()  # one copy per tensor of 3 numbers
+    found = [_sums(t) for _, t in items]
+    same_device = len({t.device for t in found}) == 1  # then one copy to the host, not one per tensor
+    sums = (torch.stack(found) if same_device else torch.stack([t.cpu() for t in found])).tolist()
     digest = hashlib.blake2b(digest_size=12)
     for (name, tensor), numbers in zip(items, sums):
         digest.update(f"{name}|{str(tensor.dtype)}|{tuple(tensor.shape)}|{numbers}\n".encode())
