@@ -2,7 +2,8 @@
 
 One sub-verdict per plan: pass (would start), fail (would not start, with every reason), xfail (would
 not start, as the plan file's `[expect]` declares, with its reason), skip (a rule this environment cannot
-answer, e.g. no megatron-core in an FSDP cell; the reason says which). The check fails when a plan's
+answer, e.g. no megatron-core in an FSDP cell; the reason says which), error (its memory estimate raised:
+the exception is named). The check fails when a plan's
 verdict here differs from what its file expects: a plan that stops starting on this stack, or a declared
 failure that no longer happens (stale). It is a skip when no plan could be answered at all.
 """
@@ -28,7 +29,7 @@ def plan_files() -> list[Path]:
 
 
 def _reasons(verdict) -> str:
-    wanted = "fail" if verdict.verdict == "would not start" else "unchecked"
+    wanted = {"would not start": "fail", "error": "error"}.get(verdict.verdict, "unchecked")
     return "; ".join(f"{f.field}: {f.message}" for f in verdict.findings if f.status == wanted)
 
 
@@ -36,6 +37,8 @@ def _judge(plan, verdict: str, reasons: str) -> tuple[Status, str]:
     """A plan's sub-verdict: its verdict here against what its file expects."""
     if verdict == "unchecked":
         return Status.SKIP, f"unchecked: {reasons}"
+    if verdict == "error":
+        return Status.ERROR, f"could not be judged: {reasons}"
     starts = verdict == "would start"
     if starts == plan.expect_starts:
         if starts:
@@ -70,6 +73,10 @@ def run(options: CheckOptions) -> CheckResult:
                "unchecked": [v.name for v in verdicts if v.status is Status.SKIP]}
     if failing:
         return CheckResult(NAME, Status.FAIL, f"{summary}; not as their plan files expect: {', '.join(failing)}",
+                           metrics=metrics, verdicts=verdicts)
+    broken = [v for v in verdicts if v.status is Status.ERROR]
+    if broken:
+        return CheckResult(NAME, Status.ERROR, f"{summary}; " + "; ".join(f"{v.name}: {v.message}" for v in broken),
                            metrics=metrics, verdicts=verdicts)
     if expected:
         summary += f"; would not start, as declared: {', '.join(expected)}"

@@ -20,7 +20,7 @@ OK, FAIL, UNCHECKED = "ok", "fail", "unchecked"
 @dataclass(frozen=True)
 class Finding:
     field: str      # the plan field the rule is about, e.g. "parallel.tp"
-    status: str     # ok | fail | unchecked
+    status: str     # ok | fail | unchecked (and verdict.ERROR for an estimate that raised)
     message: str    # one line
     source: str = ""  # where the rule came from (which code, which version)
 

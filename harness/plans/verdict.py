@@ -2,10 +2,12 @@
 
 A plan `would start` when no rule fails and the estimate fits the device; `would not start` when
 one fails; a rule that could not be asked of this environment is listed as unchecked (never as
-passed), and a plan whose only open points are unchecked is `unchecked`, not a pass.
+passed), and a plan whose only open points are unchecked is `unchecked`, not a pass. A memory estimate
+that raises (anything but "this environment cannot build the model") is an `error` naming the exception:
+the harness failed to judge the plan, which is neither a pass nor a question this environment cannot answer.
 
 `python -m harness plan FILE...` prints a verdict per launch plan, one line per reason. Exit status: 0 when
-every plan would start, 1 when one would not (or is unchecked somewhere) or one that would start declares
+every plan would start, 1 when one would not (or is unchecked or an error somewhere) or one that would start declares
 `[expect] starts = false` (a stale declaration, said on its own line), 2 for a plan file that is not valid
 (InputError), 3 without torch here. `--json` prints JSON.
 """
@@ -24,7 +26,8 @@ from .memory import GIB, ConservationError, MemoryUnavailable, fsdp_estimate, me
 from .plan_format import Plan, load_plan
 from .rules import FAIL, OK, UNCHECKED, Finding
 
-START, NO_START, OPEN = "would start", "would not start", "unchecked"
+START, NO_START, OPEN, BROKEN = "would start", "would not start", "unchecked", "error"
+ERROR = "error"  # a finding the harness could not produce: its estimate raised
 
 
 @dataclass
@@ -36,7 +39,8 @@ class PlanVerdict:
     @property
     def verdict(self) -> str:
         statuses = {f.status for f in self.findings}
-        return NO_START if FAIL in statuses else OPEN if UNCHECKED in statuses else START
+        return NO_START if FAIL in statuses else BROKEN if ERROR in statuses else OPEN if UNCHECKED in statuses \
+            else START
 
     @property
     def stale_expect(self) -> bool:
@@ -73,8 +77,9 @@ def memory_finding(plan: Plan) -> tuple[Finding, dict[str, float]]:
         return Finding("cluster.memory_gib", UNCHECKED, str(exc)), {}
     except ConservationError as exc:  # the estimate is wrong, so a "fits" would be a guess: say it, as a failure
         return Finding("cluster.memory_gib", FAIL, f"the memory estimate does not add up: {exc}"), {}
-    except (AssertionError, ValueError, RuntimeError) as exc:
-        return Finding("cluster.memory_gib", UNCHECKED, f"no layout to count ({type(exc).__name__}: {exc})"), {}
+    except Exception as exc:  # noqa: BLE001 - the estimate itself broke: an error naming it, never "unchecked"
+        what = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return Finding("cluster.memory_gib", ERROR, f"the memory estimate raised {what}"), {}
     gib = estimate.gib()
     parts = ", ".join(f"{k} {v:g}" for k, v in gib.items() if k != "total")
     fits = estimate.total <= plan.memory_gib * GIB

@@ -98,6 +98,12 @@ class _RecordingEngine:
         self.loads.append((threading.current_thread().name, _total(state)))
         self.inner.sync_weights(state)
 
+    def held_fingerprint(self):
+        return self.inner.held_fingerprint()
+
+    def fingerprint_of(self, state):
+        return self.inner.fingerprint_of(state)
+
     def close(self):
         self.inner.close()
 
@@ -159,7 +165,7 @@ def test_a_run_that_ignores_staleness_fails_the_schedule_and_correction_verdicts
 
     monkeypatch.setattr(producer, "behaviour_version", lambda step, staleness: step)
     records = _async_run_in_process(tmp_path)
-    assert [r["weight_version"] for r in records] == [0, 1, 2]  # loaded, as the engine's state says
+    assert [r["weight_version"] for r in records] == [0, 1, 2]  # held, as the engine's weights say
     statuses = {v.name: v.status for v in async_verdicts.verdicts(records, 1)}
     assert statuses == {"bounded": Status.PASS, "schedule": Status.FAIL, "correction": Status.FAIL}
 
@@ -188,3 +194,20 @@ def test_a_stale_run_records_a_correction_that_moved_the_ratio(tmp_path):
     assert records[0]["is_ratio_max"] < 1 + 1e-4  # same weights on both sides: rounding only
     verdict = async_verdicts.correction_verdict(records, 1)
     assert verdict.status is Status.PASS and verdict.metrics["ratio_max"] > 1 + async_verdicts.MIN_RATIO_SHIFT
+
+
+@pytest.mark.slow
+def test_a_run_whose_sync_does_nothing_fails_bounded_and_schedule(tmp_path, monkeypatch):
+    """The real driver and producer with an engine that ignores every weight update: the producer asks for
+    versions 0, 0, 1, 2 but the engine holds version 0 throughout, and its weights' fingerprint says so."""
+    from harness.checks.grpo_convergence import async_verdicts
+    from harness.results.records import Status
+    from trainers.rollout.hf import HFRollout
+
+    monkeypatch.setattr(HFRollout, "sync_weights", lambda self, weights: None)
+    records = _async_run_in_process(tmp_path, steps=4)
+    assert [r["scheduled_version"] for r in records] == [0, 0, 1, 2]
+    assert [r["weight_version"] for r in records] == [0, 0, 0, 0] and [r["staleness"] for r in records] == [0, 1, 2, 3]
+    verdicts = {v.name: v for v in async_verdicts.verdicts(records, 1)}
+    assert verdicts["bounded"].status is Status.FAIL and "older at steps [2, 3]" in verdicts["bounded"].message
+    assert verdicts["schedule"].status is Status.FAIL and "differs at steps [2, 3]" in verdicts["schedule"].message

@@ -1,5 +1,7 @@
 """Megatron-Bridge's own Qwen3.5 bridges through bridge-parity, with the real package (a Megatron-Bridge cell's
-environment): every verdict passes, each deliberately broken piece fails the verdicts that exist to catch it."""
+environment): every verdict passes (those run on the project's CPU layers marked emulated), each deliberately
+broken piece fails the verdicts that exist to catch it, and the installed package failing to import is an
+error, not a skip."""
 from __future__ import annotations
 
 import importlib.util
@@ -33,6 +35,10 @@ def test_megatron_bridges_own_bridges_agree_with_hf_and_the_project_mapping(tmp_
             for aspect in ("roundtrip", "logprobs", "grads", "project-mapping"):
                 verdict = verdicts[f"megatron-bridge/{case}-{layout}/{aspect}"]
                 assert verdict.status == Status.PASS, verdict.message
+                # conversion is Megatron-Bridge's; log-probs and gradients ran on the project's CPU layers
+                assert verdict.emulated == (aspect in ("logprobs", "grads")), verdict
+                if verdict.emulated:
+                    assert "MaskedGatedDeltaNet" in verdict.message and "CpuRMSNorm" in verdict.message
                 assert verdict.metrics["bridge"].endswith(f"({cls})")
                 assert (verdict.metrics["tp"], verdict.metrics["ep"]) == {"tp1": (1, 1), "tp2": (2, 1),
                                                                           "ep2": (1, 2)}[layout]
@@ -58,3 +64,20 @@ def test_each_broken_piece_fails_its_verdicts(tmp_path, broken):
     failed = {name.rsplit("/", 1)[1] for name, v in verdicts.items()
               if name.startswith("megatron-bridge/text-hybrid-tp1/") and v.status == Status.FAIL}
     assert failed == BROKEN[broken] and result.status == Status.FAIL
+
+
+def test_an_installed_megatron_bridge_that_fails_to_import_is_an_error(tmp_path, monkeypatch):
+    """Without the Transformer Engine stand-in the real `import megatron.bridge` fails on a CPU runner (its LoRA
+    module imports transformer_engine at module level): the row pins it, so that is an error."""
+    import importlib.util as util
+
+    from harness.checks.bridge_parity import te_import
+    from harness.results.records import Status
+
+    if util.find_spec("transformer_engine") is not None:
+        pytest.skip("Transformer Engine is installed: megatron.bridge imports without the stand-in")
+    monkeypatch.setattr(te_import, "install", lambda: None)  # the forked ranks inherit it
+    result, verdicts = _run(tmp_path, jobs=("megatron-bridge-tp1",))
+    assert result.status == Status.ERROR, result.message
+    assert {v.status for v in verdicts.values()} == {Status.ERROR}
+    assert all("transformer_engine" in v.message and "the row pins it" in v.message for v in verdicts.values())

@@ -4,8 +4,14 @@ Staleness rule (docs/fully-async.md): batch i is generated with weight version
 max(0, i - K), and the update that consumes it runs at version i, so every sample is exactly
 min(i, K) versions old. Stale samples are *corrected*, not dropped: the loss weighs each token
 by the truncated importance ratio min(pi_old / pi_behaviour, tis_cap) against the log-probs the
-engine reported (trainers/grpo/objective.py). A sample older than K cannot arise from the schedule; one
-that does is an error (StalenessExceeded), never a silent drop.
+engine reported (trainers/grpo/objective.py).
+
+A sample's age is read from the weights its engine held when it generated it (their fingerprint matched
+against the published versions', trainers/fully_async/producer.py), not from the version the schedule asked
+for. A sample older than K, or one whose engine held weights matching no single published version, is
+neither dropped nor refused: its record says so (`weight_version`, `staleness`, `weight_versions_matched`),
+and grpo-convergence's `bounded` and `schedule` verdicts fail on it. Stopping the run there would leave
+those verdicts nothing to read, and one rank stopping alone would leave the others in a collective.
 
 Every rank runs one producer for its share; collectives (update, weight export, metrics) stay on
 the trainer's thread, in the same order on every rank.
@@ -28,8 +34,18 @@ from .weights import WeightPublisher
 START_TIMEOUT = 600.0  # seconds for a producer to report its patches
 
 
-class StalenessExceeded(RuntimeError):
-    """A sample older than the allowed staleness reached the update."""
+class SampleOutOfOrder(RuntimeError):
+    """A batch reached an update other than its own (the producer and the queue keep them in order)."""
+
+
+class EngineCannotSayItsWeights(RuntimeError):
+    """The rollout engine has no fingerprint of the weights it holds, so no sample's age could be known."""
+
+
+def _oldest_held_version(version: int | None, device) -> int | None:
+    """The oldest version any rank's engine held for this step; None when some rank's matched none or several."""
+    low = _all_reduce([-1.0 if version is None else float(version)], device, dist.ReduceOp.MIN)[0]
+    return None if low < 0 else int(low)
 
 
 def _all_reduce(values: list[float], device, op=dist.ReduceOp.SUM) -> list[float]:
@@ -62,7 +78,11 @@ def train(trainer, on_record=None) -> list[dict]:
     trainer.loss_config = dataclasses.replace(trainer.loss_config, tis_cap=config.tis_cap)
     device_type = torch.device(device).type
     clock = BusyClock()
-    publisher = WeightPublisher(keep=staleness + 1)
+    engine = trainer.rollout
+    if not (hasattr(engine, "held_fingerprint") and hasattr(engine, "fingerprint_of")):
+        raise EngineCannotSayItsWeights(f"fully-async needs a rollout engine that can fingerprint the weights it "
+                                        f"holds; {type(engine).__name__} cannot")
+    publisher = WeightPublisher(keep=staleness + 1, fingerprint_of=engine.fingerprint_of)
     samples = BoundedSampleQueue(capacity=max(1, staleness))
     producer = RolloutProducer(trainer, publisher, samples, clock, staleness, config.steps, device_type)
     producer.start()
@@ -85,10 +105,10 @@ def _one_update(trainer, step, samples, publisher, producer, clock, producer_pat
     depth = samples.depth()
     sample = samples.get(producer.is_alive)
     wait_seconds = time.perf_counter() - waited
-    age = step - sample.version  # this trainer holds version `step`; the sample's engine held `version`
-    if age > config.staleness or sample.step != step:
-        raise StalenessExceeded(f"batch {sample.step} from weight version {sample.version} reached update {step}: "
-                                f"{age} versions old, allowed {config.staleness}")
+    if sample.step != step:
+        raise SampleOutOfOrder(f"batch {sample.step} reached update {step}")
+    held = _oldest_held_version(sample.version, trainer.device)
+    age = None if held is None else step - held  # this trainer holds version `step`; the engines held `held`
     started = time.perf_counter()
     with clock.busy("update"):
         stats = trainer.update(sample.batch, sample.advantages)
@@ -105,7 +125,8 @@ def _one_update(trainer, step, samples, publisher, producer, clock, producer_pat
     record = {"step": step, "reward_mean": mean, "reward_std": max(squares / count - mean * mean, 0.0) ** 0.5,
               **stats, "rollout_seconds": sample.rollout_seconds, "update_seconds": update_seconds,
               "sync_seconds": sync_seconds, "wait_seconds": wait_seconds, "mode": "fully-async",
-              "staleness": age, "staleness_limit": config.staleness, "weight_version": sample.version,
+              "staleness": age, "staleness_limit": config.staleness, "weight_version": held,
+              "weight_versions_matched": sample.matched_versions, "weight_fingerprint": sample.fingerprint,
               "scheduled_version": sample.scheduled_version,
               "queue_depth": depth, "queue_max_depth": samples.max_depth, "queue_capacity": samples.capacity,
               "tis_cap": config.tis_cap, **clock.summary(), "rank": trainer.rank, "world_size": trainer.world,
@@ -119,5 +140,5 @@ def _one_update(trainer, step, samples, publisher, producer, clock, producer_pat
 
 def staleness_distribution(records: list[dict]) -> dict[str, int]:
     """{versions old: number of updates} over a run's records."""
-    counts = Counter(int(r["staleness"]) for r in records if "staleness" in r)
+    counts = Counter(int(r["staleness"]) for r in records if r.get("staleness") is not None)
     return {str(age): counts[age] for age in sorted(counts)}

@@ -4,9 +4,11 @@ It drives the trainer's own engine (`trainer.rollout`: a separate copy of the po
 Face model or a vLLM engine in its own processes) and the trainer's `rollout_step`, which touches
 only the engine, the task and the prompts, never the trained model or a process group. Before
 batch i it waits for weight version behaviour_version(i) and loads it into the engine itself, so
-the trainer never waits for a sync; each sample records the version its engine held (read from the
-loaded state, `PublishedState.version`) next to the version the schedule asked for. On CPU, torch
-ops release the GIL, so generation and the update run in parallel where they are inside ops.
+the trainer never waits for a sync. Then it asks the engine for a fingerprint of the weights it holds
+(`held_fingerprint`, trainers/rollout/fingerprint.py) and matches it against the published versions'
+fingerprints: each sample records the versions that match (one, when all is well) next to the version the
+schedule asked for. An engine whose sync did nothing still holds the old version, and the sample says so.
+On CPU, torch ops release the GIL, so generation and the update run in parallel where they are inside ops.
 """
 from __future__ import annotations
 
@@ -35,11 +37,13 @@ class RolloutProducer(threading.Thread):
         self.staleness, self.steps, self.device_type, self.producer_name = staleness, steps, device_type, name
         self.stop_event, self.go = threading.Event(), threading.Event()
         self.patch_report: Future = Future()
-        self.loaded_version = 0  # the engine starts with the initial weights
+        self.synced_version = 0  # the version last handed to the engine's sync (the engine starts with 0)
 
     def run(self) -> None:
         try:
             self._set_threads()
+            # Before any sync: the engine's starting copy is version 0 (read here, in the engine's own thread).
+            self.publisher.set_initial_fingerprint(self.trainer.rollout.held_fingerprint())
             # Reported from the producer's own thread (for a producer process, from that process).
             self.patch_report.set_result(patches_in_effect(self.device_type))
             self.go.wait()
@@ -64,13 +68,15 @@ class RolloutProducer(threading.Thread):
             return False
         started = time.perf_counter()
         with self.clock.busy("rollout"):
-            if version != self.loaded_version:
+            if version != self.synced_version:
                 self.trainer.rollout.sync_weights(state)
-                # The version the state says it is, not the one asked for: what the engine now holds.
-                self.loaded_version = state.version
+                self.synced_version = version
+            held = self.trainer.rollout.held_fingerprint()  # what generates this batch, not what was asked for
             batch, rewards, advantages = self.trainer.rollout_step(step)
-        sample = VersionedSample(step, self.loaded_version, batch, rewards, advantages,
-                                 time.perf_counter() - started, scheduled_version=version)
+        matched = self.publisher.versions_with(held)
+        sample = VersionedSample(step, matched[0] if len(matched) == 1 else None, batch, rewards, advantages,
+                                 time.perf_counter() - started, scheduled_version=version, fingerprint=held,
+                                 matched_versions=matched)
         return self.samples.put(sample, self.stop_event)
 
     def stop(self, timeout: float = 60.0) -> None:

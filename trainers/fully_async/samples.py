@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
 @dataclass
 class VersionedSample:
     step: int  # the batch index (its prompts and row seeds)
-    version: int  # weight version the engine held when it generated the batch (from the state it loaded)
+    # The weight version the engine held when it generated the batch, from the fingerprint of its weights;
+    # None when that fingerprint matched no published version or several.
+    version: int | None
     batch: Any  # RolloutBatch
     rewards: Any  # (rows,) tensor
     advantages: Any  # (rows,) tensor
     rollout_seconds: float
-    scheduled_version: int | None = None  # the version the staleness rule asked for (None: same as version)
+    scheduled_version: int | None = None  # the version the staleness rule asked for
+    fingerprint: str | None = None  # the engine's fingerprint of the weights it held
+    matched_versions: list[int] = field(default_factory=list)  # the published versions with that fingerprint
 
 
 class ProducerFailed(RuntimeError):

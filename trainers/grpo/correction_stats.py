@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
+from trainers.worst import worst
+
 TOKEN_MEANS = ("is_weight_mean", "is_truncated_fraction", "is_ratio_mean")
 
 
@@ -23,7 +25,7 @@ class CorrectionStats:
         for key in TOKEN_MEANS:
             self.sums[key] += stats[key] * stats["tokens"]
         self.tokens += stats["tokens"]
-        self.ratio_max = max(self.ratio_max, stats["is_ratio_max"])
+        self.ratio_max = worst([self.ratio_max, stats["is_ratio_max"]])
 
     def record(self, all_reduce, group) -> dict[str, float]:
         """The update's token means and maximum over ranks ({} when the correction was not applied);

@@ -35,6 +35,7 @@ from trainers.grpo import objective as grpo
 from trainers.grpo.correction_stats import CorrectionStats
 from trainers.grpo.metrics import MetricsWriter
 from trainers.rollout import RolloutBatch
+from trainers.worst import worst
 
 
 class GRPOLoop:
@@ -153,7 +154,7 @@ class GRPOLoop:
                     correction.add(stats)
                     if updates == 0:  # before any update: engine and trainer see the same weights
                         diff = float(((logprobs.detach() - micro.batch.logprobs) * mask).abs().max())
-                        sums["logprob_diff"] = max(sums["logprob_diff"], diff)
+                        sums["logprob_diff"] = worst([sums["logprob_diff"], diff])
                 updates += 1
         loss_sum, kl, entropy, clip, tokens = self._all_sum(
             [sums["loss"], sums["kl"], sums["entropy"], sums["clip"], sums["tokens"]], self.dp_group)

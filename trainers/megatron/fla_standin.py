@@ -8,6 +8,8 @@ the probe (packed.py) supplies these two names, each computed one sequence at a 
 megatron-core's own pure-torch `torch_chunk_gated_delta_rule` (which takes no cu_seqlens). Everything
 else on the path (boundaries, reshapes, gating, norm) is megatron-core's code, so what is measured is
 whether megatron-core hands the kernels the right boundaries; results say the kernels were emulated.
+Whether the recurrence itself is right cannot be measured against the same rule: the probe holds the packed
+output to another implementation too (packed.py's `reference`).
 """
 from __future__ import annotations
 

@@ -13,6 +13,13 @@ does not support deterministic mode"): a refusal caused by the harness's setting
 limit. So where the configured mode refuses, the probe asks again outside deterministic mode, as
 megatron-core runs with FLA, with FLA's two kernels emulated on CPU (fla_standin.py) where FLA is absent;
 the result keeps both answers apart (`deterministic_mode_error` and `accepted`).
+
+With the kernels emulated, the packed output, the sequences alone and the padded batch all run
+megatron-core's own `torch_chunk_gated_delta_rule`: agreeing with each other shows only that megatron-core
+hands the kernels the right boundaries, not that the recurrence is right. So the probe also takes a
+`reference`, an implementation that is not the one under test (bridge-parity passes transformers' Qwen3.5
+GatedDeltaNet on the same weights, its torch path, each sequence run alone), and records how far the packed
+output is from it (`max_reference_error`, `matches_reference`).
 """
 from __future__ import annotations
 
@@ -26,6 +33,11 @@ LEAK_ATOL = 1e-5
 # Packed (FLA path, emulated) against padded (the configured path): the same recurrence in another
 # association order; measured 4e-7 on megatron-core 0.19.2.
 PADDED_ATOL = 1e-4
+# Packed (megatron-core) against the reference (transformers' layer on the same weights), relative to the
+# reference's largest output: two implementations of the same fp32 recurrence and convolution, measured 1.7e-7
+# apart (megatron-core 0.16.1's layer alone against transformers 5.23.0's, outputs of magnitude 4e-3) and 1.1e-7
+# (megatron-core 0.19.2's packed path, FLA's kernels emulated, against transformers 5.12.1's).
+REFERENCE_RTOL = 1e-4
 
 
 def gated_delta_net_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -60,12 +72,16 @@ def _padded(layer, alone: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([out[: x.shape[0], row: row + 1] for row, x in enumerate(alone)], dim=0)
 
 
-def probe_packed_gdn(layer: torch.nn.Module, ignore_boundaries: bool = False) -> dict:
+def probe_packed_gdn(layer: torch.nn.Module, ignore_boundaries: bool = False, reference=None,
+                     reference_name: str = "") -> dict:
     """{"accepted", "error", "deterministic_mode", "deterministic_mode_error", "emulated_kernels", "max_leak",
-    "max_padded_error", "keeps_sequences_apart", "matches_padded"}.
+    "max_padded_error", "keeps_sequences_apart", "matches_padded", "reference", "max_reference_error",
+    "reference_scale", "matches_reference"}.
 
     accepted/error: megatron-core's own answer (outside deterministic mode where that mode is what refused);
     deterministic_mode_error: the refusal in the mode the harness configured, when only that mode refuses.
+    `reference(x)`: another implementation's output for one sequence's (1, T, H) hidden states, batch first
+    (`reference_name` says whose); None leaves the reference fields None.
     `ignore_boundaries` (tests only) packs the row but leaves out PackedSeqParams: the forward that
     leaks state across samples, which must be reported as such."""
     hidden = layer.config.hidden_size
@@ -76,7 +92,8 @@ def probe_packed_gdn(layer: torch.nn.Module, ignore_boundaries: bool = False) ->
     params = None if ignore_boundaries else _packed_params(LENGTHS, device)
     result = {"accepted": False, "error": None, "deterministic_mode": bool(layer.config.deterministic_mode),
               "deterministic_mode_error": None, "emulated_kernels": [], "max_leak": None, "max_padded_error": None,
-              "keeps_sequences_apart": None, "matches_padded": None}
+              "keeps_sequences_apart": None, "matches_padded": None, "reference": reference_name or None,
+              "max_reference_error": None, "reference_scale": None, "matches_reference": None}
     with torch.no_grad():
         out, error = _call_packed(layer, packed, params)
         if out is not None:
@@ -94,8 +111,15 @@ def probe_packed_gdn(layer: torch.nn.Module, ignore_boundaries: bool = False) ->
     if out is None:
         return {**result, "error": error}
     leak, padded_error = float((out - singles).abs().max()), float((out - padded).abs().max())
-    return {**result, "accepted": True, "max_leak": leak, "max_padded_error": padded_error,
-            "keeps_sequences_apart": leak <= LEAK_ATOL, "matches_padded": padded_error <= PADDED_ATOL}
+    result.update(accepted=True, max_leak=leak, max_padded_error=padded_error, keeps_sequences_apart=leak <= LEAK_ATOL,
+                  matches_padded=padded_error <= PADDED_ATOL)
+    if reference is not None:
+        with torch.no_grad():
+            theirs = torch.cat([reference(x.transpose(0, 1)).transpose(0, 1) for x in alone], dim=0)
+        error, scale = float((out - theirs.to(out.dtype)).abs().max()), float(theirs.abs().max())
+        result.update(max_reference_error=error, reference_scale=scale,
+                      matches_reference=error <= REFERENCE_RTOL * (scale or 1.0))
+    return result
 
 
 def packed_refusal(model: torch.nn.Module, megatron_core_version: str) -> str | None:

@@ -18,6 +18,7 @@ import torch
 from packaging.specifiers import SpecifierSet
 
 from harness.results.records import Status, Verdict
+from trainers.worst import worst
 
 from .base import NotApplicable, Patch, TargetMissing
 from .npu_op_table import CALLS, OP_TABLE, TOLERANCES, Tolerance, fused, npu_symbol_targets, on_npu
@@ -208,8 +209,8 @@ def _parity_verdict(patch: Patch, dtype: torch.dtype, seed: int) -> Verdict:
     metrics = {
         "op": op, "dtype": str(dtype).removeprefix("torch."), "backend": "torch_npu" if on_npu() else "cpu-emulation",
         "atol": tol.atol, "rtol": tol.rtol, "max_abs_err": out_err, "max_rel_err": out_rel,
-        "grad_max_abs_err": max((e for e, _, _ in grad_errors), default=0.0),
-        "grad_max_rel_err": max((r for _, r, _ in grad_errors), default=0.0),
+        "grad_max_abs_err": worst((e for e, _, _ in grad_errors), default=0.0),
+        "grad_max_rel_err": worst((r for _, r, _ in grad_errors), default=0.0),
         "op_dispatches": dispatched, **_op_level(op, dtype, device, seed),
     }
     problems = []

@@ -50,6 +50,10 @@ class Rollout(Protocol):
 
     def sync_weights(self, weights) -> None: ...
 
+    def held_fingerprint(self) -> str: ...  # of the weights it holds now (trainers/rollout/fingerprint.py)
+
+    def fingerprint_of(self, state: dict) -> str: ...  # what held_fingerprint would read once `state` is loaded
+
     def close(self) -> None: ...
 
 

@@ -11,6 +11,8 @@ from transformers import LogitsProcessorList
 
 from trainers.rollout import cached_decode
 from trainers.rollout.batch import RolloutBatch, RolloutMismatch, left_pad, row_seeds
+from trainers.rollout.fingerprint import fingerprint
+from trainers.worst import worst
 
 # Logits of the cached decode loop against generate's: measured equal to float32 rounding (5e-7 on logits of
 # magnitude 5); a real difference (a wrong position, a stale cache) moves them by far more.
@@ -65,6 +67,7 @@ class HFRollout:
         self.use_cache, self.cache_error = True, None
         self.check_against_generate, self.generate_check = check_against_generate, None
         self._own_state: dict[str, torch.Tensor] | None = None  # the engine's tensors, by state-dict name
+        self._dtypes = {key: tensor.dtype for key, tensor in self.model.state_dict().items()}  # kept by syncs
 
     def sync_weights(self, weights) -> None:
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
@@ -76,6 +79,18 @@ class HFRollout:
             for key, tensor in own.items():
                 tensor.copy_(state[key])
         self._own_state = own
+
+    def held_fingerprint(self) -> str:
+        """The fingerprint of every tensor the engine holds now (trainers/rollout/fingerprint.py)."""
+        return fingerprint(self.model.state_dict().items())
+
+    def fingerprint_of(self, state: dict) -> str:
+        """What `held_fingerprint` reads once `state` is loaded: its tensors in this engine's dtypes (the cast
+        `sync_weights` makes). Touches none of the engine's tensors, so any thread may call it."""
+        missing = sorted(self._dtypes.keys() - state.keys())
+        if missing:
+            raise ValueError(f"the state lacks {len(missing)} of the engine's tensors, e.g. {missing[0]}")
+        return fingerprint((key, state[key].detach().to(dtype=dtype)) for key, dtype in self._dtypes.items())
 
     def close(self) -> None:
         """Nothing to release: the engine is a module in this process."""
@@ -151,10 +166,10 @@ class HFRollout:
         """The first batch again through transformers' `generate`: the same tokens, logits within the tolerance."""
         theirs, their_logits = self._hf_generate(prompt, prompt_mask, max_new_tokens, processors)
         same_tokens = theirs.shape == sequences.shape and torch.equal(theirs, sequences)
-        diff = max((float((a - b).abs().max()) for a, b in zip(raw_logits, their_logits)), default=0.0) \
+        diff = worst((float((a - b).abs().max()) for a, b in zip(raw_logits, their_logits)), default=0.0) \
             if len(raw_logits) == len(their_logits) else float("inf")
         self.generate_check = {"same_tokens": same_tokens, "max_logit_diff": diff, "steps": len(raw_logits)}
-        if not same_tokens or diff > GENERATE_CHECK_TOLERANCE:
+        if not same_tokens or not diff <= GENERATE_CHECK_TOLERANCE:  # NaN disagrees
             raise RolloutMismatch(
                 f"transformers' generate and the cached decode loop disagree on the first rollout batch: "
                 f"{'same' if same_tokens else 'different'} tokens ({len(their_logits)} against {len(raw_logits)} "

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from trainers.rollout.batch import EngineRow, RolloutBatch, left_pad, row_seeds
+from trainers.rollout.fingerprint import WorkerFingerprint, final_norm, final_norm_fingerprint
 
 
 class VLLMRollout:
@@ -46,6 +47,9 @@ class VLLMRollout:
         # Colocated with the trainer (as verl runs it): vLLM's default 0.92 makes the engine refuse to
         # start unless 92% of the device's memory is free (the CPU backend checks the machine's RAM).
         engine_kwargs.setdefault("gpu_memory_utilization", 0.3)
+        # Its methods join the workers, so `held_fingerprint` can ask them which weights they hold.
+        engine_kwargs.setdefault("worker_extension_cls",
+                                 f"{WorkerFingerprint.__module__}.{WorkerFingerprint.__name__}")
         in_process = in_process if in_process is not None else _world_size() == 1
         if in_process:
             # One trainer rank: the engine runs inside it, as the vLLM checks' engines do, instead of starting an
@@ -61,12 +65,29 @@ class VLLMRollout:
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
         self._sync_dir: tempfile.TemporaryDirectory | None = None
+        self._norm_dtype: torch.dtype | None = None  # the final norm's dtype in the workers, once read
 
     def sync_weights(self, weights) -> None:
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
         self._reload_from_file(state)
         # Prefix-cached KV (and Gated DeltaNet state) blocks were computed by the old weights.
         self.llm.reset_prefix_cache()
+
+    def held_fingerprint(self) -> str:
+        """The fingerprint of the final norm weight the workers hold now (trainers/rollout/fingerprint.py: the
+        one tensor they keep in the checkpoint's layout). Workers that disagree give a string no state matches."""
+        answers = [a for a in self.llm.collective_rpc("held_weights_fingerprint") if a is not None]
+        if not answers:
+            raise RuntimeError("no vLLM worker holds the final norm weight: its fingerprint cannot be read")
+        self._norm_dtype = getattr(torch, answers[0]["dtype"])
+        return "|".join(sorted({a["fingerprint"] for a in answers}))
+
+    def fingerprint_of(self, state: dict) -> str:
+        """What `held_fingerprint` reads once `state` is loaded: its final norm in the workers' dtype (the cast
+        their loader makes). Needs that dtype, read by `held_fingerprint` first; touches no worker."""
+        if self._norm_dtype is None:
+            raise RuntimeError("the workers' weight dtype is read by held_fingerprint, which has not run yet")
+        return final_norm_fingerprint(final_norm(state.items()).detach().to(dtype=self._norm_dtype))
 
     def close(self) -> None:
         """Stop the engine's processes: a trainer that ends with os._exit would leave them running."""

@@ -17,19 +17,27 @@ of at most that many ranks: 1 runs TP=1 alone, for a one-GPU runner. Per model a
 calling it: refused (0.16.1: NotImplementedError) -> pass, the reason for use_remove_padding=False;
 accepted and keeps sequences apart -> pass; accepted but leaks state across them -> fail.
 Where megatron-core's GDN refuses packed input only in the deterministic mode the harness sets (no FLA),
-the probe asks it again outside that mode (packed.py) and the verdict says which refused.
+the probe asks it again outside that mode (packed.py) and the verdict says which refused. With FLA's kernels
+emulated there, every comparison but one runs megatron-core's own torch rule on both sides, so the packed
+output is also held to transformers' GatedDeltaNet on the same weights, each sequence alone; that verdict
+is marked emulated, and fails without the reference.
 `text-full-attention-tp1` (every layer full attention) is an extra comparison, not the Megatron
-verdict. Each verdict names the bridge that converted the weights (message and metrics).
+verdict. Each verdict names the bridge that converted the weights (message and metrics). The worst error
+of every comparison is NaN where any is, and a non-finite gradient fails its verdict.
 Where megatron-bridge is installed three more jobs (TP=1, TP=2, EP=2) run Megatron-Bridge's own
 Qwen35Bridge and Qwen35MoEBridge end to end (library.py: its AutoBridge, provider, load and export), with
 four verdicts per model and job, `megatron-bridge/<model>-<job>/{roundtrip,logprobs,grads,project-mapping}`
 (megatron_bridge.py), and `megatron-bridge/vl` a skip naming the lines of its VL provider that build the
-vision tower from Transformer Engine. On CPU two stand-ins make that possible and each result records
-them: an import-only Transformer Engine for the one module that imports it unguarded (te_import.py), and
-a layer spec with TE's parameter layout from megatron-core's local modules for the provider
-(te_layout.py); the provider settings changed for CPU are listed with the code that needs each. A
-verdict named for Megatron-Bridge that another bridge produced fails. Metrics keep the bridges' own
-errors and the names the kernel shim bound where FLA / Transformer Engine are absent.
+vision tower from Transformer Engine. `roundtrip` and `project-mapping` measure Megatron-Bridge's
+conversion; `logprobs` and `grads` run its weights through layers that on CPU are this project's (the CPU
+TE-layout spec, te_layout.py: MaskedGatedDeltaNet, CpuRMSNorm, CpuLayerNormColumnParallelLinear), with this
+project's logits and gradient reduction: they are marked emulated and name those stand-ins. On CPU two
+stand-ins make the run possible and each result records them: an import-only Transformer Engine for the one
+module that imports it unguarded (te_import.py), and that layer spec for the provider; the provider
+settings changed for CPU are listed with the code that needs each. Where megatron-bridge is installed (the
+row pins it) and `import megatron.bridge` fails, its verdicts are errors, not skips. A verdict named for
+Megatron-Bridge that another bridge produced fails. Metrics keep the bridges' own errors and the names the
+kernel shim bound where FLA / Transformer Engine are absent.
 SKIP where megatron-core or Qwen3.5 is not installed.
 """
 from __future__ import annotations
@@ -45,6 +53,7 @@ from harness.checks import CheckOptions
 from harness.checks.bridge_parity import megatron_bridge
 from harness.checks.support.ranks import start_torchrun, stop_torchrun, torchrun_command, wait_torchrun
 from harness.results.records import CheckResult, Status, Verdict
+from trainers.worst import worst
 
 NAME = "bridge-parity"
 # fp32 on CPU, measured 9.5e-7 for every model and job (fused QKV and in_proj matmuls, mask
@@ -110,6 +119,7 @@ def parity_verdict(name: str, data: dict | None, log: Path) -> Verdict:
     error, grad = data["max_abs_logprob_error"], data["max_rel_grad_error"]
     metrics = {key: data.get(key) for key in ("tp", "ep", "bridge", "max_abs_logprob_error", "max_rel_grad_error",
                                                "worst_grad", "max_rel_grad_error_gdn", "grads_compared",
+                                               "nonfinite_grads",
                                                "gated_delta_net_layers", "roundtrip_exact", "seconds")}
     metrics.update({"tolerance": LOGPROB_ATOL, "grad_tolerance": GRAD_RTOL,
                     "roundtrip_mismatched": data["roundtrip_mismatched"][:10]})
@@ -120,6 +130,8 @@ def parity_verdict(name: str, data: dict | None, log: Path) -> Verdict:
         problems.append(f"round trip not exact ({len(data['roundtrip_mismatched'])} tensors differ)")
     if not grad <= GRAD_RTOL:
         problems.append(f"gradient error {grad:.3g} > {GRAD_RTOL} ({data['worst_grad']})")
+    if data.get("nonfinite_grads"):
+        problems.append(f"non-finite gradients in {data['nonfinite_grads'][:5]}")
     if problems:
         return Verdict(name, Status.FAIL, f"bridge {data.get('bridge')}: " + "; ".join(problems), metrics=metrics)
     return Verdict(name, Status.PASS, f"bridge {data.get('bridge')}: log-prob error {error:.2g} <= {LOGPROB_ATOL}; "
@@ -143,21 +155,43 @@ def packed_verdict(data: dict | None) -> Verdict:
         return Verdict("packed-gdn", Status.FAIL, f"the harness's deterministic_mode refuses packed input "
                        f"({harness_mode}); outside it the probe failed ({probe['error']}), so {own}'s own answer "
                        "is not measured", metrics=metrics)
-    emulated = (f" (FLA's {' and '.join(probe['emulated_kernels'])} emulated on CPU, one sequence at a time)"
-                if probe.get("emulated_kernels") else "")
+    is_emulated = bool(probe.get("emulated_kernels"))
+    emulated = (f" (emulated: FLA's {' and '.join(probe['emulated_kernels'])} stood in on CPU by megatron-core's "
+                "own torch rule, one sequence at a time)" if is_emulated else "")
     setting = (f"; only the harness's deterministic_mode (set where flash-linear-attention is absent) refuses it: "
                f"{harness_mode}" if harness_mode else "")
+    judged = _against_reference(probe, is_emulated)
     if not probe["keeps_sequences_apart"]:
         return Verdict("packed-gdn", Status.FAIL, f"{own} accepts packed input{emulated} but leaks state across "
-                       f"sequences (max error {probe['max_leak']:.3g}){setting}", metrics=metrics)
+                       f"sequences (max error {probe['max_leak']:.3g}){setting}", metrics=metrics,
+                       emulated=is_emulated)
     if probe.get("matches_padded") is False:
         return Verdict("packed-gdn", Status.FAIL, f"{own} accepts packed input{emulated} and keeps sequences apart, "
                        f"but differs from the padded batch (max error {probe['max_padded_error']:.3g}){setting}",
-                       metrics=metrics)
+                       metrics=metrics, emulated=is_emulated)
+    if judged is not None:
+        return Verdict("packed-gdn", Status.FAIL, f"{own} accepts packed input{emulated} and keeps sequences apart, "
+                       f"but {judged}{setting}", metrics=metrics, emulated=is_emulated)
     padded = (f", and matches the padded batch (max error {probe['max_padded_error']:.2g})"
               if probe.get("max_padded_error") is not None else "")
+    reference = (f"; against {probe['reference']}: max error {probe['max_reference_error']:.2g} on outputs up to "
+                 f"{probe['reference_scale']:.2g}" if probe.get("max_reference_error") is not None else "")
     return Verdict("packed-gdn", Status.PASS, f"{own} accepts packed (THD) input{emulated} and keeps sequences "
-                   f"apart (max error {probe['max_leak']:.2g}){padded}{setting}", metrics=metrics)
+                   f"apart (max error {probe['max_leak']:.2g}){padded}{reference}{setting}", metrics=metrics,
+                   emulated=is_emulated)
+
+
+def _against_reference(probe: dict, emulated: bool) -> str | None:
+    """Why the packed output is not held to an independent implementation ('differs from ...', 'is held to no
+    ...'), or None where it matches one. With emulated kernels every other comparison runs megatron-core's own
+    recurrence on both sides, so a reference is required there."""
+    if probe.get("matches_reference") is False:
+        return (f"differs from {probe['reference']} (max error {probe['max_reference_error']:.3g} on outputs up to "
+                f"{probe['reference_scale']:.3g})")
+    if emulated and probe.get("matches_reference") is None:
+        return ("is held to no implementation but megatron-core's own (its torch rule on every side of the "
+                "comparison), so whether the recurrence is right is not measured")
+    return None
 
 
 def _version(distribution: str) -> str:
@@ -217,14 +251,18 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
                "max_ranks": options.max_ranks,
                "megatron_core": _version("megatron-core"),
                **kernels, "tolerance": LOGPROB_ATOL, "grad_tolerance": GRAD_RTOL,
-               "max_abs_logprob_error": max((v.metrics.get("max_abs_logprob_error") or 0.0 for v in verdicts),
-                                            default=0.0),
-               "max_rel_grad_error": max((v.metrics.get("max_rel_grad_error") or 0.0 for v in verdicts), default=0.0),
+               "max_abs_logprob_error": worst((v.metrics.get("max_abs_logprob_error") or 0.0 for v in verdicts),
+                                              default=0.0),
+               "max_rel_grad_error": worst((v.metrics.get("max_rel_grad_error") or 0.0 for v in verdicts),
+                                           default=0.0),
                "seconds": round(time.perf_counter() - started, 2), "deliberately_broken": broken,
                "ranks": launchers}
     failed = [v.name for v in verdicts if v.status == Status.FAIL]
-    if failed:
-        return CheckResult(NAME, Status.FAIL, f"failed: {', '.join(failed)}", metrics=metrics, verdicts=verdicts)
+    errored = [v for v in verdicts if v.status == Status.ERROR]
+    if failed or errored:  # an error (a pinned Megatron-Bridge that does not import) is never a pass
+        parts = ([f"failed: {', '.join(failed)}"] if failed else []) + [f"{v.name}: {v.message}" for v in errored[:1]]
+        return CheckResult(NAME, Status.FAIL if failed else Status.ERROR, "; ".join(parts), metrics=metrics,
+                           verdicts=verdicts)
     return CheckResult(NAME, Status.PASS, "HF and megatron-core agree on hybrid Qwen3.5 and Qwen3.5-MoE "
                        f"({', '.join(project_jobs)}; bridge {metrics['bridge']}){megatron_bridge.summary(verdicts)}",
                        metrics=metrics, verdicts=verdicts)

@@ -4,14 +4,19 @@ Per model (text-hybrid: Qwen35Bridge, moe-hybrid: Qwen35MoEBridge) everything th
 Megatron-Bridge's: the tiny HF model is saved to a folder, `AutoBridge.from_hf_pretrained` picks the
 bridge, its `to_megatron_provider` translates the config, the provider's `provide_distributed_model`
 builds megatron-core's GPTModel, `load_hf_weights` loads and `export_hf_weights` exports. This module
-only measures:
+only measures. Megatron-Bridge's conversion:
 - roundtrip: the exported tensors against the checkpoint it read (transformers' saved layout), bitwise;
+- project: the Megatron weights Megatron-Bridge loaded against those of the project mapping
+  (trainers/megatron/mapping.py) from the same HF weights, tensor by tensor (te_layout.project_name); NaN
+  counts as a difference.
+And its weights run through layers that, on a CPU rank, are this project's (te_layout.py: the CPU TE-layout
+spec, MaskedGatedDeltaNet, CpuRMSNorm, CpuLayerNormColumnParallelLinear), with this project's logits
+(megatron_logits) and gradient reduction (trainers/megatron/grads.py): `layers` records which.
 - logprobs: log-probs of project_bridge.batch's left-padded rows, against HF's;
 - grads: the same loss through both; HF's gradients carried into Megatron's layout by the path its
   weights take (saved as a checkpoint, loaded by Megatron-Bridge), less what that path gives for zeros
-  (the GDN out_norm mapping subtracts 1), against Megatron's own gradients;
-- project: the Megatron weights Megatron-Bridge loaded against those of the project mapping
-  (trainers/megatron/mapping.py) from the same HF weights, tensor by tensor (te_layout.project_name).
+  (the GDN out_norm mapping subtracts 1), against Megatron's own gradients; a non-finite gradient on
+  either side is named (`nonfinite_grads`), and the worst error is NaN where any is.
 Under TP / EP each rank compares its own shards (gradients reduced as the trainer reduces them, grads.py)
 and the ranks' findings are merged (`_merged`); the export gives every rank the full tensors.
 The provider's CPU settings and the VL reason are provider.py's.
@@ -25,6 +30,8 @@ import importlib.metadata
 import time
 import traceback
 from pathlib import Path
+
+from trainers.worst import differs, worst, worst_key
 
 # case -> (zoo model kind, the bridge class Megatron-Bridge must pick)
 CASES = {"text-hybrid": ("text", "Qwen35Bridge"), "moe-hybrid": ("moe", "Qwen35MoEBridge")}
@@ -93,7 +100,8 @@ def compare(case: str, seed: int, broken: str | None, work: Path, on_cpu: bool =
     bridge = AutoBridge.from_hf_pretrained(str(folder), torch_dtype=torch.float32)
     bridge_class = type(bridge._model_bridge)
     out = {"bridge": f"megatron-bridge {importlib.metadata.version('megatron-bridge')} ({bridge_class.__name__})",
-           "bridge_class": bridge_class.__name__, "expected_class": expected, "tp": tp, "ep": ep}
+           "bridge_class": bridge_class.__name__, "expected_class": expected, "tp": tp, "ep": ep,
+           "layers": "cpu-te-layout" if on_cpu else "provider"}
     if broken == "mb-mapping":
         _corrupt_mapping(bridge_class)
     # megatron-core refuses to train MoE under TP without sequence parallelism (as the project's model.py)
@@ -140,23 +148,31 @@ def _against_project(hf, library: dict, tp: int, tp_rank: int, ep: int, ep_rank:
 
     project = mapping.hf_to_megatron({k: v.detach() for k, v in hf.state_dict().items()}, hf.config, tp, tp_rank,
                                      ep, ep_rank)
-    worst, mismatched, matched = 0.0, [], set()
+    largest, mismatched, matched = 0.0, [], set()
     for name, value in project.items():
         te_name, offset = project_name(name, library)
         if te_name is None:
             continue
         matched.add(te_name)
         # the project's GDN out_norm is plain (x * w); Megatron-Bridge stores it zero-centred (x * (1 + w))
-        diff = float((value.float() - (library[te_name].float() + offset)).abs().max()) if value.numel() else 0.0
-        if value.shape != library[te_name].shape or diff > 0.0:
+        diff = project_difference(value, library[te_name], offset)
+        if differs(diff):
             mismatched.append(name)
-            worst = max(worst, diff if value.shape == library[te_name].shape else float("inf"))
+            largest = worst([largest, diff])
     unmatched = [n for n in project if project_name(n, library)[0] is None] + [n for n in library if n not in matched]
-    ranks = _merged({"compared": sorted(matched), "mismatched": mismatched, "worst": worst, "unmatched": unmatched})
+    ranks = _merged({"compared": sorted(matched), "mismatched": mismatched, "worst": largest,
+                     "unmatched": unmatched})
     return {"project_compared": len({n for r in ranks for n in r["compared"]}),
             "project_mismatched": sorted({n for r in ranks for n in r["mismatched"]})[:20],
-            "project_max_abs_diff": max(r["worst"] for r in ranks),
+            "project_max_abs_diff": worst(r["worst"] for r in ranks),
             "project_unmatched": sorted({n for r in ranks for n in r["unmatched"]})[:20]}
+
+
+def project_difference(project, library, offset: float) -> float:
+    """max |project - (library + offset)| of one tensor: inf for another shape, NaN where either holds one."""
+    if project.shape != library.shape:
+        return float("inf")
+    return float((project.float() - (library.float() + offset)).abs().max()) if project.numel() else 0.0
 
 
 def _save_as_checkpoint(hf, values: dict, folder: Path) -> None:
@@ -207,13 +223,23 @@ def _gradients(hf, models, bridge, ids, mask, padding_idx, folder: Path, broken)
     local = {}
     for name, grad in got.items():
         want = carried[name] - offsets[name]
-        local[name] = (float((grad - want).abs().max()), float(want.abs().max()))
-    ranks, errors = _merged(local), {}  # a split tensor's error over all its shards: max |diff| / max |g_hf|
-    for name in local:
-        diffs, scales = zip(*(r[name] for r in ranks if name in r))
-        errors[name] = max(diffs) / (max(scales) or 1.0)
-    worst = max(errors, key=errors.get)
-    return {"max_rel_grad_error": errors[worst], "worst_grad": worst, "grads_compared": len(errors)}
+        local[name] = (float((grad - want).abs().max()), float(want.abs().max()),
+                       bool(torch.isfinite(grad).all() and torch.isfinite(want).all()))
+    return gradient_errors(_merged(local))
+
+
+def gradient_errors(ranks: list[dict]) -> dict:
+    """Every rank's {name: (max |diff|, max |g_hf|, both finite)} -> the worst relative error (NaN-aware: a
+    NaN anywhere is the worst), its tensor, and the tensors with a non-finite gradient on either side."""
+    errors, nonfinite = {}, set()
+    for name in dict.fromkeys(n for r in ranks for n in r):  # a split tensor's: max |diff| / max |g_hf| over shards
+        diffs, scales, finite = zip(*(r[name] for r in ranks if name in r))
+        errors[name] = worst(diffs) / (worst(scales) or 1.0)
+        if not all(finite):
+            nonfinite.add(name)
+    name = worst_key(errors)
+    return {"max_rel_grad_error": errors[name], "worst_grad": name, "grads_compared": len(errors),
+            "nonfinite_grads": sorted(nonfinite)[:20]}
 
 
 def run(cases: list[str], seed: int, broken: str | None, work: Path, on_cpu: bool = True) -> dict:

@@ -4,13 +4,19 @@ Megatron-Bridge (0.6+) registers Qwen35Bridge and Qwen35MoEBridge (megatron/brid
 qwen35_bridge.py) and Qwen35VLBridge (qwen_vl/qwen35_vl_bridge.py). Where megatron-bridge is installed,
 library.py runs on the ranks of three jobs (TP=1, TP=2, EP=2, as the project mapping's): Megatron-Bridge
 converts, the ranks measure. Four verdicts per model and job (`megatron-bridge/<model>-<tp1|tp2|ep2>/<aspect>`),
-each naming the bridge class and release (`metrics["bridge"]`):
-`roundtrip` (HF -> Megatron -> HF bitwise), `logprobs` and `grads` (against HF, the project's
-tolerances) and `project-mapping` (Megatron-Bridge's Megatron weights equal the project mapping's).
+each naming the bridge class and release (`metrics["bridge"]`), in two kinds (`metrics["measures"]`):
+- Megatron-Bridge's conversion (CONVERSION): `roundtrip` (HF -> Megatron -> HF bitwise) and `project-mapping`
+  (Megatron-Bridge's Megatron weights equal the project mapping's);
+- its weights run through layers (RUN_ON_LAYERS): `logprobs` and `grads` (against HF, the project's
+  tolerances). On a CPU rank those layers are this project's stand-ins for Transformer Engine's (STAND_INS:
+  the CPU TE-layout spec with MaskedGatedDeltaNet, CpuRMSNorm and CpuLayerNormColumnParallelLinear), so the
+  verdicts are marked emulated and name them; on every device the logits and the gradient reduction are this
+  project's (PROJECT_CODE), and the message says so.
 A model whose bridge is not the one registered for it fails. `megatron-bridge/vl` is a skip whose reason
 is read from the installed code (the line that builds the vision tower from Transformer Engine modules).
-Where `import megatron.bridge` still fails, every verdict is a skip naming the error and the line of
-Megatron-Bridge's code that raised it (found in the traceback).
+megatron-bridge is installed only where the row pins it, so where `import megatron.bridge` fails every
+verdict is an error naming the exception and the line of Megatron-Bridge's code that raised it (found in the
+traceback): the row asked for it and it could not be measured.
 
 `attributed` is the guard every verdict passes before it is reported: a verdict named for Megatron-Bridge
 whose result came from another bridge (the project mapping) fails, so the report never credits
@@ -32,6 +38,11 @@ JOBS = {"megatron-bridge-tp1": (1, 1, CASES), "megatron-bridge-tp2": (2, 1, CASE
         "megatron-bridge-ep2": (1, 2, ("moe-hybrid",))}
 CLASSES = {"text-hybrid": "Qwen35Bridge", "moe-hybrid": "Qwen35MoEBridge", "vl": "Qwen35VLBridge"}
 ASPECTS = ("roundtrip", "logprobs", "grads", "project-mapping")
+CONVERSION = ("roundtrip", "project-mapping")  # Megatron-Bridge's own load, export and mapping
+RUN_ON_LAYERS = ("logprobs", "grads")  # its weights through a forward and backward
+STAND_INS = ("the CPU TE-layout spec (bridge_parity/te_layout.py)", "MaskedGatedDeltaNet", "CpuRMSNorm",
+             "CpuLayerNormColumnParallelLinear")
+PROJECT_CODE = ("this project's logits (megatron_logits)", "gradient reduction (trainers/megatron/grads.py)")
 
 
 def installed_version() -> str | None:
@@ -65,8 +76,19 @@ def _metrics(data: dict, imported: dict, keys: tuple[str, ...]) -> dict:
             **{k: data.get(k) for k in keys}}
 
 
+def _on_layers(data: dict) -> tuple[str, bool]:
+    """What ran Megatron-Bridge's weights, for the message of a RUN_ON_LAYERS verdict, and whether it is an
+    emulation (the project's CPU stand-ins in place of Transformer Engine's layers)."""
+    project = f"with {' and '.join(PROJECT_CODE)}"
+    if data.get("layers") == "provider":
+        return f"on the provider's own layers, {project}", False
+    return f"emulated on this project's CPU layers ({', '.join(STAND_INS)}), {project}", True
+
+
 def _aspects(case: str, data: dict, imported: dict, atol: float, rtol: float) -> list[Verdict]:
     bridge = data["bridge"]
+    layers, emulated = _on_layers(data)
+    nonfinite = data.get("nonfinite_grads") or []
     wrong_class = (f"; Megatron-Bridge picked {data['bridge_class']}, not {data['expected_class']}"
                    if data["bridge_class"] != data["expected_class"] else "")
     checks = {
@@ -80,10 +102,11 @@ def _aspects(case: str, data: dict, imported: dict, atol: float, rtol: float) ->
                      f"log-prob error {data['max_abs_logprob_error']:.3g} > {atol}"
                      + ("" if data["finite"] else " (non-finite log-probs)"),
                      ("max_abs_logprob_error", "finite")),
-        "grads": (data["max_rel_grad_error"] <= rtol,
+        "grads": (data["max_rel_grad_error"] <= rtol and not nonfinite,
                   f"gradients within {data['max_rel_grad_error']:.2g} <= {rtol} ({data['grads_compared']} tensors)",
-                  f"gradient error {data['max_rel_grad_error']:.3g} > {rtol} ({data['worst_grad']})",
-                  ("max_rel_grad_error", "worst_grad", "grads_compared")),
+                  f"gradient error {data['max_rel_grad_error']:.3g} > {rtol} ({data['worst_grad']})"
+                  + (f"; non-finite gradients in {nonfinite[:5]}" if nonfinite else ""),
+                  ("max_rel_grad_error", "worst_grad", "grads_compared", "nonfinite_grads")),
         "project-mapping": (not data["project_mismatched"] and not data["project_unmatched"],
                             f"the same Megatron weights as the project mapping ({data['project_compared']} tensors)",
                             f"Megatron weights differ from the project mapping's: {data['project_mismatched'][:5]} "
@@ -97,8 +120,14 @@ def _aspects(case: str, data: dict, imported: dict, atol: float, rtol: float) ->
         metrics.update({"tolerance": atol} if aspect == "logprobs" else {"grad_tolerance": rtol} if aspect == "grads"
                        else {})
         status = Status.PASS if ok and not wrong_class else Status.FAIL
-        out.append(Verdict(f"{PREFIX}{case}/{aspect}", status, f"bridge {bridge}: {good if ok else bad}{wrong_class}",
-                           metrics=metrics))
+        if aspect in CONVERSION:
+            metrics["measures"] = "conversion"
+            message, on_stand_ins = f"Megatron-Bridge's conversion, bridge {bridge}", False
+        else:
+            metrics.update(measures="run-on-layers", layers=data.get("layers", "cpu-te-layout"))
+            message, on_stand_ins = f"bridge {bridge}'s weights {layers}", emulated
+        out.append(Verdict(f"{PREFIX}{case}/{aspect}", status, f"{message}: {good if ok else bad}{wrong_class}",
+                           metrics=metrics, emulated=on_stand_ins))
     return out
 
 
@@ -116,10 +145,11 @@ def verdicts(job: str, results: dict | None, version: str | None, atol: float, r
                         f"result; log tail: {log_tail}", metrics={"bridge": _named(case, version)})
                 for case in cases for aspect in ASPECTS]
     imported = results.get("import", {})
-    if imported.get("error"):
+    if imported.get("error"):  # installed because the row pins it: not measuring it is an error, never a skip
         where = f" at {imported['where']}" if imported.get("where") else ""
-        return [Verdict(f"{PREFIX}{case}", Status.SKIP, f"{_named(case, version)} cannot be imported on this runner: "
-                        f"{imported['error']}{where}", metrics={"bridge": _named(case, version), **imported})
+        return [Verdict(f"{PREFIX}{case}", Status.ERROR, f"{_named(case, version)} is installed (the row pins it) "
+                        f"but `import megatron.bridge` failed: {imported['error']}{where}",
+                        metrics={"bridge": _named(case, version), **imported})
                 for case in (*CASES, "vl")] if first else []
     out = []
     for case in cases:
@@ -143,9 +173,15 @@ def summary(found: list[Verdict]) -> str:
     own = [v for v in found if v.name.startswith(PREFIX)]
     if not own:
         return ""
-    passed = sum(v.status == Status.PASS for v in own)
+    def passing(kind: str, found: list[Verdict]) -> str:
+        return f"{sum(v.status == Status.PASS for v in found)} of {len(found)} {kind} pass"
+
+    conversion = [v for v in own if v.metrics.get("measures") == "conversion"]
+    on_layers = [v for v in own if v.metrics.get("measures") == "run-on-layers"]
+    kind = "emulated on this project's CPU layers" if any(v.emulated for v in on_layers) else "run on its layers"
+    parts = [passing("conversion verdicts", conversion)] + ([passing(kind, on_layers)] if on_layers else [])
     skipped = sum(v.status == Status.SKIP for v in own)
-    return f"; Megatron-Bridge's own Qwen3.5 bridges: {passed} verdicts pass, {skipped} skipped"
+    return f"; Megatron-Bridge's own Qwen3.5 bridges: {'; '.join(parts)}; {skipped} skipped"
 
 
 def attributed(verdict: Verdict) -> Verdict:
@@ -153,5 +189,5 @@ def attributed(verdict: Verdict) -> Verdict:
     bridge = str(verdict.metrics.get("bridge") or "")
     if verdict.name.startswith(PREFIX) and not bridge.startswith(DISTRIBUTION):
         return Verdict(verdict.name, Status.FAIL, f"named for Megatron-Bridge but produced by {bridge or 'no bridge'}"
-                       f" (its result was: {verdict.message})", metrics=verdict.metrics)
+                       f" (its result was: {verdict.message})", metrics=verdict.metrics, emulated=verdict.emulated)
     return verdict

@@ -6,7 +6,8 @@ Per case (model kind + variant), on every rank of a job (ranks.py runs it):
 - gradients: the same loss backpropagated through both; the Megatron gradients reduced as the
   trainer reduces them (grads.py, each data-parallel rank taking its share of the rows),
   gathered into HF layout by the same mapping, and compared with HF's, parameter by parameter;
-- packed sequences (cases with Gated DeltaNet): megatron-core's GDN called with THD input (packed.py).
+- packed sequences (cases with Gated DeltaNet): megatron-core's GDN called with THD input (packed.py), and
+  held to transformers' own GatedDeltaNet on the same weights, each sequence alone (`hf_reference`).
 `break_mapping` makes the mapping wrong on purpose (PROJECT_BREAKS), so tests can watch the verdicts fail.
 `batch` and `next_token_logprobs` are shared with library.py, Megatron-Bridge's own bridge on the same batch.
 """
@@ -115,9 +116,24 @@ def compare(kind: str, variant: str, sizes, seed: int, broken: str | None) -> di
     layers = gated_delta_net_layers(model)
     out["gated_delta_net_layers"] = len(layers)
     if layers:
-        out["packed"] = probe_packed_gdn(layers[0], ignore_boundaries=broken == "packed")
+        reference, name = hf_reference(hf)
+        out["packed"] = probe_packed_gdn(layers[0], ignore_boundaries=broken == "packed", reference=reference,
+                                         reference_name=name)
     out["seconds"] = round(time.perf_counter() - started, 3)
     return out
+
+
+def hf_reference(hf):
+    """(transformers' first GatedDeltaNet layer of `hf` as a function of one sequence's hidden states, its name):
+    the same weights megatron-core's first GDN layer was loaded with (the layers are in the same order), run
+    by transformers' own code (its torch path where flash-linear-attention is absent). (None, "") without one."""
+    import transformers
+
+    layer = next((m for m in hf.modules() if type(m).__name__.endswith("GatedDeltaNet")), None)
+    if layer is None:
+        return None, ""
+    return (lambda x: layer(hidden_states=x)), (f"transformers {transformers.__version__}'s "
+                                                 f"{type(layer).__name__} on the same weights, each sequence alone")
 
 
 def _gradients(hf, model, ids, mask, broken, groups, padding_idx, bridge) -> dict:
@@ -147,13 +163,24 @@ def _gradients(hf, model, ids, mask, broken, groups, padding_idx, bridge) -> dic
     reduce_gradients(model, groups, skip=GDN_PARAMETERS if broken == "grad-skip" else ())
     grads = {name: (p.grad if p.grad is not None else torch.zeros_like(p)) for name, p in model.named_parameters()}
     gathered = bridge.gather_hf_state(model, hf.config, local=grads)
-    errors = {}
+    errors, nonfinite = {}, []
     for name, parameter in hf.named_parameters():
         want = parameter.grad if parameter.grad is not None else torch.zeros_like(parameter)
         scale = float(want.abs().max()) or 1.0
         errors[name] = float((gathered[name] - want).abs().max()) / scale
-    worst = max(errors, key=errors.get)
-    gdn = {k: v for k, v in errors.items() if k.rsplit(".", 1)[-1] in ("A_log", "dt_bias")
-           or ".conv1d." in k or ".linear_attn.norm." in k}
-    return {"max_rel_grad_error": errors[worst], "worst_grad": worst,
-            "max_rel_grad_error_gdn": max(gdn.values(), default=None), "grads_compared": len(errors)}
+        if not (torch.isfinite(gathered[name]).all() and torch.isfinite(want).all()):
+            nonfinite.append(name)
+    return gradient_summary(errors, nonfinite)
+
+
+def gradient_summary(errors: dict[str, float], nonfinite: list[str]) -> dict:
+    """The worst relative gradient error (NaN-aware: a NaN anywhere is the worst), overall and over the GDN
+    parameters, and the parameters whose gradient was not finite on either side."""
+    from trainers.worst import worst, worst_key
+
+    name = worst_key(errors)
+    gdn = [v for k, v in errors.items() if k.rsplit(".", 1)[-1] in ("A_log", "dt_bias")
+           or ".conv1d." in k or ".linear_attn.norm." in k]
+    return {"max_rel_grad_error": errors[name], "worst_grad": name,
+            "max_rel_grad_error_gdn": worst(gdn) if gdn else None, "grads_compared": len(errors),
+            "nonfinite_grads": nonfinite[:20]}

@@ -16,10 +16,13 @@ which records the versions and the command it was made with.
 In a fully-async cell (mode axis `fully-async`) the trainer runs with `--mode fully-async` at
 staleness 1 and at 2, each against its own reference (grpo_<backend>_<model>_async<K>.json,
 made with `--regenerate --mode fully-async --staleness K`), with three more verdicts per run
-(async_verdicts): `bounded` (every sample's engine held weights at most K versions old, and the
-queue stayed within its capacity), `schedule` (the observed staleness is the configured rule) and
-`correction` (stale samples were importance-weighted, with the ratio statistics). The measured
-staleness distribution, overlap and importance-sampling statistics are in the metrics.
+(async_verdicts): `bounded` (every sample's engine held weights at most K versions old) and `schedule`
+(the observed staleness is the configured rule), both read from a fingerprint of the weights the engine
+held when it generated each batch, matched against the published versions' (a sync that loads nothing
+fails both; a sample whose weights match no single version fails both), and `correction` (stale samples
+were importance-weighted, with the ratio statistics). The queue's depth is shown against its capacity,
+which the queue enforces itself. The measured staleness distribution, overlap and importance-sampling
+statistics are in the metrics.
 
 In a cell with a vLLM the FSDP trainer rolls out with that vLLM (`--rollout vllm`), against the
 reference of that engine release, grpo_fsdp_<model>_<engine>-<version>.json (one rank, the vLLM checks'

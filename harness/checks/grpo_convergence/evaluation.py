@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from harness.checks.grpo_convergence import async_verdicts
 from harness.results.records import CheckResult, Status, Verdict
+from trainers.worst import worst_key
 
 NAME = "grpo-convergence"
 
@@ -37,8 +38,8 @@ def evaluate(records: list[dict], reference: dict, comparable: bool = True,
     smooth = int(reference["smooth"])
     run_smooth, ref_smooth = moving_average(curve, smooth), moving_average(ref_curve, smooth)
     deviations = [abs(a - b) for a, b in zip(run_smooth, ref_smooth)]
-    max_deviation = max(deviations) if deviations else float("nan")
-    worst_step = deviations.index(max_deviation) if deviations else None
+    worst_step = worst_key(dict(enumerate(deviations))) if deviations else None  # a NaN step is the worst
+    max_deviation = deviations[worst_step] if deviations else float("nan")
     metrics = {"reward_curve": curve, "reference_curve": ref_curve, "band": reference["band"],
                "smooth": smooth, "final_reward": final, "initial_reward": initial, "gain": gain,
                "max_deviation": max_deviation, "worst_step": worst_step, "steps": len(curve),

@@ -114,6 +114,7 @@ def _fsdp_pass(kind: str, name: str, args, plan, mesh, device) -> dict[str, Any]
         stack.enter_context(patches_applied(patches))  # before the build: some targets are bound at build time
         model = build_model(kind, args.model_config, seed=args.seed)
         parallelize(model, plan, mesh=mesh, offload=offload)
+        result["buffer_devices"] = sorted({str(b.device) for b in model.buffers()})  # where fully_shard left them
         calls: list = []
         if kind == "vl":
             pos_embed = model.model.visual.pos_embed

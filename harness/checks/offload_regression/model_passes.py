@@ -4,7 +4,8 @@ strict device mode, and the sites it finds: the host tensors that met device com
 `trainer_patches` is the trainer's patch set (or, `stock`, a deliberately broken one), `model_batch` the fixed
 batch of each model; fsdp_worker runs the same step under real FSDP2 with them.
 
-A pass builds the model the way verl does with offload (`offload_setup.offloaded_model`), with the
+A pass builds the model as `offload_setup.offloaded_model` does (parameters on meta, materialized on the
+host; buffers left on the host with the offloaded parameters, unlike verl), with the
 given patches applied before the build (some targets are bound when a layer is built), runs
 forward and backward once on a fixed batch, and returns its loss, the norm of all parameter
 gradients, and every mix the mode recorded. The same step without the mode is the reference:

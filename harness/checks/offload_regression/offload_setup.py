@@ -1,11 +1,14 @@
-"""The set-up verl uses with FSDP2 CPU offload, emulated on one process for the strict device mode.
+"""FSDP2 CPU offload with buffers left on the host, emulated on one process for the strict device mode.
 
-verl builds the model with its parameters on the `meta` device, materializes the states on the
-host and loads the weights, then shards it with `fully_shard` and `CPUOffloadPolicy`: between
-calls every parameter lives on the host, and FSDP2 gathers a unit's parameters onto the
+The set-up (`HOST_BUFFERS`): the model is built with its parameters on the `meta` device, its states
+materialized on the host with the weights loaded, then sharded with `fully_shard` and `CPUOffloadPolicy`:
+between calls every parameter lives on the host, and FSDP2 gathers a unit's parameters onto the
 accelerator in that unit's forward pre-hook and frees them in its post-hook. The units are the
 trainer's (`trainers.fsdp.parallelize`): each `nn.Embedding` when word embeddings are untied,
-each transformer block, and the root.
+each transformer block, and the root. Buffers stay on the host with the offloaded parameters. That is not
+verl's set-up: verl's `fsdp2_load_full_state_dict` moves every buffer to the device after loading (and
+`fully_shard` itself moves buffers to the device), so a site that reads a host buffer (the rotary
+`inv_freq` ones) is met only in a set-up that leaves buffers on the host, as this one does.
 
 `offloaded_model` builds the model that way (parameters on meta, then materialized on the host
 with the weights of a model built normally from the same seed). `OffloadedRun` then puts, for
@@ -27,10 +30,16 @@ from torch import nn
 
 from .strict_device import ORIGIN, StrictDeviceMode, name_host, on_device
 
+# What each way of computing the verdicts does with buffers, said on their verdicts.
+HOST_BUFFERS = ("FSDP2 CPU offload with buffers left on the host with the offloaded parameters (not verl's "
+                "set-up: verl's fsdp2_load_full_state_dict moves buffers to the device)")
+DEVICE_BUFFERS = ("FSDP2 CPUOffloadPolicy on a model built on the host, buffers moved to the device by "
+                  "fully_shard (where verl's fsdp2_load_full_state_dict also puts them)")
+
 
 @contextlib.contextmanager
 def _parameters_on_meta() -> Iterator[None]:
-    """Every parameter registered inside is put on the meta device (as verl's empty-weights init)."""
+    """Every parameter registered inside is put on the meta device (an empty-weights init, as verl's)."""
     register = nn.Module.register_parameter
 
     def on_meta(module: nn.Module, name: str, param) -> None:

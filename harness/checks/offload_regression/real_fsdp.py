@@ -32,7 +32,8 @@ def _close(a: float | None, b: float | None, rtol: float) -> bool:
 
 def _pass_record(p: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
     """What a verdict keeps of one pass: its outcome, numbers and calls, beside its reference's numbers."""
-    keys = ("raised", "error_class", "error_site", "error", *_NUMBERS, "calls", "outside", "patches", "seconds")
+    keys = ("raised", "error_class", "error_site", "error", *_NUMBERS, "calls", "outside", "patches", "seconds",
+            "buffer_devices")
     out = {k: p[k] for k in keys if k in p}
     out.update({f"reference_{k}": ref.get(k) for k in _NUMBERS if k in ref})
     return out
@@ -62,9 +63,20 @@ def judge(name: str, p: dict[str, Any], ref: dict[str, Any], rtol: float) -> tup
     return Status.PASS, f"forward and backward under offload give the numbers of the run without offload (rtol {rtol})"
 
 
+def setup(models: dict) -> str:
+    """The set-up the worker's offloaded passes ran, with the buffers' devices as it recorded them."""
+    from harness.checks.offload_regression.offload_setup import DEVICE_BUFFERS
+
+    devices = sorted({d for passes in models.values() for side in ("upstream", "trainer")
+                      for d in passes.get(side, {}).get("buffer_devices", [])})
+    return f"real {DEVICE_BUFFERS}; buffers on {', '.join(devices) or 'devices not recorded'}"
+
+
 def verdicts(models: dict, source: str, deciding: bool, emulated: bool, rtol: float, note: str) -> list[Verdict]:
-    """One verdict per side over the models the worker ran; VL's pass record (pos_embed) at the top level."""
+    """One verdict per side over the models the worker ran, each naming its set-up; VL's pass record (pos_embed)
+    at the top level."""
     out = []
+    prefix = "; ".join(part for part in (note, setup(models)) if part)
     for name in ("upstream", "trainer"):
         judged, records = {}, {}
         for kind, passes in models.items():
@@ -75,7 +87,7 @@ def verdicts(models: dict, source: str, deciding: bool, emulated: bool, rtol: fl
         message = "; ".join(f"{kind}: {msg}" for kind, (_, msg) in judged.items()) or "the worker ran no model"
         metrics = {**records.get("vl", {}), "models": records}
         label = name if deciding else f"{name}/{source}"
-        out.append(Verdict(label, status, f"[{note}] {message}" if note else message, metrics, emulated))
+        out.append(Verdict(label, status, f"[{prefix}] {message}", metrics, emulated))
     return out
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.checks.offload_regression.offload_setup import HOST_BUFFERS
 from harness.results.records import Status, Verdict
 
-NOTE = "emulated: strict device semantics on the CPU, FSDP2 CPU offload as verl sets it up"
+NOTE = f"emulated: strict device semantics on the CPU, {HOST_BUFFERS}"
 
 
 def emulated_passes(model_config, seed: int, trainer_patches: list) -> dict[str, dict[str, dict[str, Any]]]:

@@ -96,9 +96,9 @@ def compare_built(patch: Patch, tolerances: dict[str, Tolerance], seed: int, ove
         metrics[f"{kind}/{dtype}"] = cell
         for probe in ("train", "decode"):
             error = cell[f"{probe}_logits_max_abs_err"]
-            if error > tol.output:
+            if not error <= tol.output:  # NaN fails
                 failures.append(f"{kind}/{dtype}: {probe} logits error {error:.3g} > {tol.output:g}")
-        if cell["grad_rel_err"] > tol.grad:
+        if not cell["grad_rel_err"] <= tol.grad:
             failures.append(f"{kind}/{dtype}: gradient error {cell['grad_rel_err']:.3g} > {tol.grad:g} ({worst})")
     if failures:
         return Verdict(name, Status.FAIL, "; ".join(failures), metrics)

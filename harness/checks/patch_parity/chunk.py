@@ -13,6 +13,7 @@ import torch
 from harness.checks.patch_parity.inputs import DTYPES, Tolerance, cotangent, max_abs
 from harness.results.records import Status, Verdict
 from trainers.patches.base import Patch, resolve
+from trainers.worst import worst
 
 LENGTHS = (5, 14, 16, 30, 64, 100)
 HEADS, HEAD_DIM = 2, 8
@@ -44,7 +45,7 @@ def _grad_error(got: dict, want: dict) -> tuple[float, list[str]]:
     """Largest gradient difference, and the inputs whose gradient is missing on one side only."""
     cut = [k for k in want if (got[k] is None) != (want[k] is None)]
     errors = [max_abs(got[k], want[k]) for k in want if got[k] is not None and want[k] is not None]
-    return max(errors, default=0.0), cut
+    return worst(errors, default=0.0), cut
 
 
 def compare_rule(patch: Patch, tolerances: dict[str, Tolerance], seed: int) -> Verdict:
@@ -60,17 +61,17 @@ def compare_rule(patch: Patch, tolerances: dict[str, Tolerance], seed: int) -> V
             want_out, want_state, want_grads = _run(getattr(owner, attr), inputs, seed)
             with patch.applied_context():
                 got_out, got_state, got_grads = _run(getattr(owner, attr), inputs, seed)
-            scale = max((float(g.abs().max()) for g in want_grads.values() if g is not None), default=0.0) or 1.0
+            scale = worst((float(g.abs().max()) for g in want_grads.values() if g is not None), default=0.0) or 1.0
             grad_err, cut = _grad_error(got_grads, want_grads)
-            cell = {"output_max_abs_err": max(max_abs(got_out, want_out), max_abs(got_state, want_state)),
+            cell = {"output_max_abs_err": worst([max_abs(got_out, want_out), max_abs(got_state, want_state)]),
                     "grad_rel_err": grad_err / scale}
             metrics[f"L{length}/{dtype}"] = cell
             if cut:
                 failures.append(f"length {length}/{dtype}: gradient of {', '.join(cut)} missing on one side")
-            if cell["output_max_abs_err"] > tol.output:
+            if not cell["output_max_abs_err"] <= tol.output:  # NaN fails
                 failures.append(f"length {length}/{dtype}: output error {cell['output_max_abs_err']:.3g} "
                                 f"> {tol.output:g}")
-            if cell["grad_rel_err"] > tol.grad:
+            if not cell["grad_rel_err"] <= tol.grad:
                 failures.append(f"length {length}/{dtype}: gradient error {cell['grad_rel_err']:.3g} > {tol.grad:g}")
     if failures:
         return Verdict(name, Status.FAIL, "; ".join(failures), metrics)

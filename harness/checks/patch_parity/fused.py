@@ -22,6 +22,7 @@ from harness.checks.patch_parity.inputs import (
 from harness.results.records import Status, Verdict
 from trainers.patches.fused_logprob import logprobs_and_entropy, reference_logprobs_and_entropy
 from trainers.rollout import positions_from_mask
+from trainers.worst import worst
 
 TEMPERATURES = (0.7, 1.0)
 CHUNK_SIZE = 7  # small and odd: many chunks, the last one partial
@@ -44,8 +45,8 @@ def _fused_cell(model, kind: str, temperature: float, seed: int, fused_fn: Fused
     got_lp, got_ent = fused_fn(model, inputs["input_ids"], temperature=temperature, chunk_size=CHUNK_SIZE, **extra)
     _loss(got_lp, got_ent, seed).backward()
     cell = {"logprob_max_abs_err": max_abs(got_lp, want_lp), "entropy_max_abs_err": max_abs(got_ent, want_ent)}
-    cell["grad_rel_err"], worst = grad_error(want_grads, gradients(model))
-    return cell, worst
+    cell["grad_rel_err"], worst_grad = grad_error(want_grads, gradients(model))
+    return cell, worst_grad
 
 
 def fused_verdicts(models: Models, tolerances: dict[str, Tolerance], seed: int = 0, kinds=("text", "vl", "moe"),
@@ -56,14 +57,14 @@ def fused_verdicts(models: Models, tolerances: dict[str, Tolerance], seed: int =
         metrics, failures = {"chunk_size": CHUNK_SIZE}, []
         for kind in kinds:
             for dtype, tol in tolerances.items():
-                cell, worst = _fused_cell(models.get(kind, dtype), kind, temperature, seed, fused_fn)
+                cell, worst_grad = _fused_cell(models.get(kind, dtype), kind, temperature, seed, fused_fn)
                 metrics[f"{kind}/{dtype}"] = cell
-                output_err = max(cell["logprob_max_abs_err"], cell["entropy_max_abs_err"])
-                if output_err > tol.output:
+                output_err = worst([cell["logprob_max_abs_err"], cell["entropy_max_abs_err"]])
+                if not output_err <= tol.output:  # NaN fails
                     failures.append(f"{kind}/{dtype}: output error {output_err:.3g} > {tol.output:g}")
-                if cell["grad_rel_err"] > tol.grad:
+                if not cell["grad_rel_err"] <= tol.grad:
                     failures.append(f"{kind}/{dtype}: gradient error {cell['grad_rel_err']:.3g} > {tol.grad:g} "
-                                    f"({worst})")
+                                    f"({worst_grad})")
         name = f"fused-logprob:T={temperature}"
         if failures:
             verdicts.append(Verdict(name, Status.FAIL, "; ".join(failures), metrics))
@@ -103,7 +104,7 @@ def rollout_vs_trainer(models: Models, tolerances: dict[str, Tolerance], seed: i
         metrics[dtype] = {"logprob_max_abs_err": err, "tokens": int(live.sum())}
         if int(live.sum()) == 0:
             failures.append(f"{dtype}: the engine sampled no response tokens")
-        elif err > tol.rollout:
+        elif not err <= tol.rollout:
             failures.append(f"{dtype}: engine log-probs differ from the trainer's by {err:.3g} > {tol.rollout:g}")
     if failures:
         return [Verdict(name, Status.FAIL, "; ".join(failures), metrics)]

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from trainers.patches.base import Patch, TargetMissing, resolve, split_target
+from trainers.worst import worst, worst_key
 
 KINDS = ("text", "vl", "moe")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -108,18 +109,18 @@ def grad_error(stock: dict[str, torch.Tensor | None], patched: dict[str, torch.T
     Relative to the model's largest gradient, not each parameter's, so parameters whose
     gradients are nearly zero do not turn rounding noise into large relative errors.
     """
-    scale = max((float(g.abs().max()) for g in stock.values() if g is not None), default=0.0) or 1.0
-    worst, worst_name = 0.0, ""
+    scale = worst((float(g.abs().max()) for g in stock.values() if g is not None), default=0.0) or 1.0
+    errors = {}
     for name, g in stock.items():
         other = patched.get(name)
         if (g is None) != (other is None):
             return float("inf"), f"{name} (gradient present on one side only)"
-        if g is None:
-            continue
-        err = max_abs(g, other) / scale
-        if err > worst:
-            worst, worst_name = err, name
-    return worst, worst_name
+        if g is not None:
+            errors[name] = max_abs(g, other) / scale
+    if not errors:
+        return 0.0, ""
+    name = worst_key(errors)  # a NaN anywhere is the worst, as it must fail the tolerance
+    return errors[name], name
 
 
 def target_owner(patch: Patch):

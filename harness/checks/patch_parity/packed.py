@@ -20,6 +20,7 @@ from harness.results.records import Status, Verdict
 from trainers.patches import packed_forward
 from trainers.patches.base import Patch
 from trainers.patches.fused_logprob import logprobs_and_entropy, reference_logprobs_and_entropy
+from trainers.worst import worst
 
 LENGTHS = (7, 64, 65, 130)
 # How a stock forward that raises on packed inputs is told apart from a harness bug: these
@@ -87,16 +88,16 @@ def packed_vs_unpacked(models: Models, tolerances: dict[str, Tolerance], seed: i
             sequences = random_sequences(model, lengths, seed)
             want_lp, want_ent, want_grads = _alone(model, sequences, seed)
             got_lp, got_ent, got_grads = _packed(model, sequences, patches, seed)
-            per_seq = [max(max_abs(g, w), max_abs(ge, we))
+            per_seq = [worst([max_abs(g, w), max_abs(ge, we)])
                        for g, w, ge, we in zip(got_lp, want_lp, got_ent, want_ent)]
-            grad_err, worst = grad_error(want_grads, got_grads)
+            grad_err, worst_grad = grad_error(want_grads, got_grads)
             metrics[dtype] = {"max_abs_err_per_sequence": per_seq, "grad_rel_err": grad_err}
-            if max(per_seq) > tol.output:
-                bad = [n for n, e in zip(lengths, per_seq) if e > tol.output]
+            if not worst(per_seq) <= tol.output:  # NaN fails
+                bad = [n for n, e in zip(lengths, per_seq) if not e <= tol.output]
                 failures.append(f"{dtype}: sequences of length {bad} differ from running alone "
-                                f"(max {max(per_seq):.3g} > {tol.output:g})")
-            if grad_err > tol.grad:
-                failures.append(f"{dtype}: gradient error {grad_err:.3g} > {tol.grad:g} ({worst})")
+                                f"(max {worst(per_seq):.3g} > {tol.output:g})")
+            if not grad_err <= tol.grad:
+                failures.append(f"{dtype}: gradient error {grad_err:.3g} > {tol.grad:g} ({worst_grad})")
         name = f"packed-vs-unpacked:{kind}"
         if failures:
             verdicts.append(Verdict(name, Status.FAIL, "; ".join(failures), metrics))
@@ -118,7 +119,7 @@ def _stock_packed_outcome(model, sequences, kwargs_mode: bool, use_cache: bool, 
         except REFUSALS as exc:
             return {"outcome": "refuses", "exception": type(exc).__name__}
     errors = [max_abs(part, ref) for part, ref in zip(packed.split(logits, dim=0), alone)]
-    return {"outcome": "leaks" if max(errors) > tol else "keeps apart", "max_logit_err_per_sequence": errors}
+    return {"outcome": "keeps apart" if worst(errors) <= tol else "leaks", "max_logit_err_per_sequence": errors}
 
 
 def stock_upstream_verdicts(models: Models, tol: Tolerance, seed: int = 0, lengths=LENGTHS) -> list[Verdict]:
@@ -137,9 +138,9 @@ def stock_upstream_verdicts(models: Models, tol: Tolerance, seed: int = 0, lengt
         metrics["with_cache"] = _stock_packed_outcome(model, sequences, kwargs_mode, True, tol.output)
         outcome = metrics["no_cache"]
         if outcome["outcome"] == "leaks":
-            worst = max(outcome["max_logit_err_per_sequence"])
+            largest = worst(outcome["max_logit_err_per_sequence"])
             verdicts.append(Verdict(name, Status.AFFECTED, f"stock transformers {version} with {how} leaks state "
-                                    f"across packed sequences (max logit error {worst:.3g})", metrics))
+                                    f"across packed sequences (max logit error {largest:.3g})", metrics))
         elif outcome["outcome"] == "refuses":
             # Refusing is safe (nothing silently wrong) but leaves nothing to measure here: SKIP, not
             # AFFECTED (no leak reproduced) and not PASS (packed training cannot run on this stack).

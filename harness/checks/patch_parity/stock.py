@@ -25,6 +25,7 @@ from harness.checks.patch_parity.inputs import (
 from harness.results.records import Status, Verdict
 from trainers.patches.base import Patch
 from trainers.patches.fused_logprob import reference_logprobs_and_entropy
+from trainers.worst import worst
 
 FUSED_TEMPERATURE = 0.7  # not 1.0, so a temperature that is ignored shows
 
@@ -75,9 +76,9 @@ def _together(verdicts: list[Verdict]) -> Verdict:
     """Several comparisons of one patch as its one verdict: the worst status, every message and metric."""
     if all(v.status is Status.SKIP for v in verdicts):  # not applicable here: said once
         return verdicts[0]
-    worst = next((v for v in verdicts if v.status.is_failure), None) or verdicts[0]
+    first_failure = next((v for v in verdicts if v.status.is_failure), None) or verdicts[0]
     metrics = {key: value for v in verdicts for key, value in (v.metrics or {}).items()}
-    return Verdict(worst.name, worst.status, "; ".join(v.message for v in verdicts), metrics)
+    return Verdict(first_failure.name, first_failure.status, "; ".join(v.message for v in verdicts), metrics)
 
 
 def compare_patch(patch: Patch, models: Models, tolerances: dict[str, Tolerance], seed: int,
@@ -106,13 +107,14 @@ def compare_patch(patch: Patch, models: Models, tolerances: dict[str, Tolerance]
             with patch.applied_context():
                 got, got_grads = patched_probe(model, inputs, seed)
             cell = {f"{key}_max_abs_err": max_abs(got[key], want[key]) for key in want}
-            cell["grad_rel_err"], worst = grad_error(want_grads, got_grads)
+            cell["grad_rel_err"], worst_grad = grad_error(want_grads, got_grads)
             metrics[f"{kind}/{dtype}"] = cell
-            output_err = max(v for k, v in cell.items() if k.endswith("_max_abs_err"))
-            if output_err > tol.output:
+            output_err = worst(v for k, v in cell.items() if k.endswith("_max_abs_err"))
+            if not output_err <= tol.output:  # NaN fails
                 failures.append(f"{kind}/{dtype}: output error {output_err:.3g} > {tol.output:g}")
-            if cell["grad_rel_err"] > tol.grad:
-                failures.append(f"{kind}/{dtype}: gradient error {cell['grad_rel_err']:.3g} > {tol.grad:g} ({worst})")
+            if not cell["grad_rel_err"] <= tol.grad:
+                failures.append(f"{kind}/{dtype}: gradient error {cell['grad_rel_err']:.3g} > {tol.grad:g} "
+                                f"({worst_grad})")
     if failures:
         return Verdict(name, Status.FAIL, "; ".join(failures), metrics)
     return Verdict(name, Status.PASS, f"matches stock on {', '.join(touched)} in {', '.join(tolerances)}", metrics)

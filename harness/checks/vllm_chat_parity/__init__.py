@@ -21,7 +21,11 @@ Skipped in cells without vLLM. Verdicts (each records the engine it compared aga
   model folder whose byte-level tokenizer makes one differing character a differing id. vLLM refuses a
   conversation without a user turn (Qwen3.5's template raises; its server answers 400): the verdict records
   the refusal and compares the trainer's fallback with vLLM's rendering of it with a user turn after the
-  system turns, minus exactly that turn. The verdict names the vLLM function that rendered.
+  system turns, minus exactly that turn. The verdict names the vLLM function that rendered and the template:
+  the project's own `qwen35_like.jinja` (written after Qwen3.5's, not a released one) unless
+  `HARNESS_CHAT_TEMPLATE` names a released Qwen3.5 tokenizer folder or a pinned hub commit (templates.py).
+  A vLLM older than the first release vllm_chat.py reads skips it; on a supported release a chat module that
+  fails to import is an error.
 Every mismatch is listed with its case (a parser mismatch with its input too; a rendering mismatch with
 its first differing token and both texts from just before it). No model weights and no engine process:
 the check takes under a minute, most of it importing vLLM.
@@ -29,13 +33,14 @@ the check takes under a minute, most of it importing vLLM.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
 from harness.checks import CheckOptions
 from harness.checks.support import vllm_engine
 from harness.checks.vllm_chat_parity import cases as vllm_chat_cases
-from harness.checks.vllm_chat_parity import rendering
+from harness.checks.vllm_chat_parity import rendering, templates
 from harness.checks.vllm_chat_parity import vllm_chat as vllm_chat_path
 from harness.results.records import CheckResult, Status, Verdict
 
@@ -130,28 +135,41 @@ def run_with(engine: dict, ours=trainer_parse, trainer=rendering.trainer_render)
             malformed.status = Status.FAIL
             malformed.message = "a parser evaluated model output (the sentinel file was created); " + malformed.message
         verdicts.append(malformed)
-        verdicts.append(chat_rendering(engine, label, folder, trainer))
-    failed = [v for v in verdicts if v.status is Status.FAIL]
-    return CheckResult(NAME, Status.FAIL if failed else Status.PASS, "; ".join(v.message for v in failed or verdicts),
+        verdicts.append(chat_rendering(engine, label, folder, trainer,
+                                       template=os.environ.get(templates.VARIABLE)))
+    failed = [v for v in verdicts if v.status in (Status.FAIL, Status.ERROR)]
+    status = Status.FAIL if any(v.status is Status.FAIL for v in failed) else Status.ERROR if failed else Status.PASS
+    return CheckResult(NAME, status, "; ".join(v.message for v in failed or verdicts),
                        metrics={"engine": engine, "parser": VLLM_PARSER}, verdicts=verdicts)
 
 
 def chat_rendering(engine: dict, label: str, folder: str, trainer=rendering.trainer_render,
-                   make_renderer=vllm_chat_path.ChatRenderer) -> Verdict:
-    """The chat-rendering verdict on a model folder made in `folder`."""
+                   make_renderer=vllm_chat_path.ChatRenderer, template: str | None = None) -> Verdict:
+    """The chat-rendering verdict on a model folder made in `folder`, with the template `template` names
+    (HARNESS_CHAT_TEMPLATE's value: templates.py; None or empty: the project's)."""
     from transformers import AutoTokenizer
 
+    reason = vllm_chat_path.unsupported(engine.get("version"))
+    if reason:
+        return Verdict("chat-rendering", Status.SKIP, f"{label}: {reason}", {"engine": engine})
+    try:
+        source = templates.chosen(template, Path(folder))
+    except templates.TemplateUnusable as exc:
+        return Verdict("chat-rendering", Status.ERROR, str(exc), {"engine": engine})
     model = str(Path(folder) / "model")
-    rendering.save_model_folder(model)
+    rendering.save_model_folder(model, source)
     try:
         vllm = make_renderer(model)
-    except vllm_chat_path.Unsupported as why:
-        return Verdict("chat-rendering", Status.SKIP, f"{label}: {why}", {"engine": engine})
+    except ImportError as exc:  # a release vllm_chat reads whose chat modules do not import: never a skip
+        return Verdict("chat-rendering", Status.ERROR, f"{label} is a release vllm_chat reads (from "
+                       f"{vllm_chat_path.FIRST_RELEASE} on), but its chat modules failed to import: "
+                       f"{type(exc).__name__}: {exc}".splitlines()[0], {"engine": engine, **source.metrics()})
     mismatches, refused = rendering.compare(vllm.render, AutoTokenizer.from_pretrained(model), trainer)
     where = f"{label}'s chat path ({vllm.rendered_by})"
     verdict = _verdict("chat-rendering", mismatches, len(vllm_chat_cases.CONVERSATIONS), engine, "conversations",
                        where)
-    verdict.metrics.update(rendered_by=vllm.rendered_by, refused_by_vllm=refused)
+    verdict.message += f"; template: {source.description}"
+    verdict.metrics.update(rendered_by=vllm.rendered_by, refused_by_vllm=refused, **source.metrics())
     if refused:
         reasons = sorted(set(refused.values()))
         verdict.message += (f"; {len(refused)} refused by vLLM ({'; '.join(reasons)}), compared with its rendering "

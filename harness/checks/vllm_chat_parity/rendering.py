@@ -1,11 +1,13 @@
 """The chat-rendering verdict: each conversation's token ids and text from the trainer against vLLM's chat path.
 
-Both sides load one model folder (a tiny Qwen3.5 config, a byte-level tokenizer with Qwen3.5's special
-tokens, the Qwen3.5-like template; nothing downloaded): token ids then spell the text byte by byte, so a
-difference of one character is a difference of ids. The trainer renders with the tokenizer's
-`apply_chat_template` under its chat-template fallback patch (trainers/patches/chat_template.py), as a
-trainer that installs the patch set does; vLLM renders through `vllm_chat.ChatRenderer`, before the
-patch is applied (both share transformers' tokenizer class, so the patch would reach vLLM's tokenizer too).
+Both sides load one model folder: a tiny Qwen3.5 config, and by default a byte-level tokenizer with Qwen3.5's
+special tokens and the project's Qwen3.5-like template (nothing downloaded), whose token ids spell the text
+byte by byte, so a difference of one character is a difference of ids; or a released Qwen3.5 tokenizer and its
+chat template (templates.py, HARNESS_CHAT_TEMPLATE). The verdict names the template it rendered.
+The trainer renders with the tokenizer's `apply_chat_template` under its chat-template fallback patch
+(trainers/patches/chat_template.py), as a trainer that installs the patch set does; vLLM renders through
+`vllm_chat.ChatRenderer`, before the patch is applied (both share transformers' tokenizer class, so the
+patch would reach vLLM's tokenizer too).
 
 A conversation vLLM refuses (no user turn: the template raises, the server answers 400) is recorded with
 vLLM's reason and compared with vLLM's own rendering of it with a user turn after the system turns, minus
@@ -17,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.checks.support import vllm_engine
-from harness.checks.vllm_chat_parity import cases
+from harness.checks.vllm_chat_parity import cases, templates
 from harness.checks.vllm_chat_parity.vllm_chat import Refused, Rendered
 
-TEMPLATE = Path(__file__).with_name("qwen35_like.jinja")
+TEMPLATE = templates.PROJECT_TEMPLATE
 SPECIAL = ["<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 # The tiny model's config: the head dims vLLM's CPU build loads, the architecture vLLM registers (the config
 # alone names none; 0.28 then rejects the model), a context that fits the longest case's bytes.
@@ -47,13 +49,20 @@ def byte_tokenizer(template: str | None = None):
     return made
 
 
-def save_model_folder(folder: str) -> None:
-    """The tokenizer and a tiny Qwen3.5 text config, where vLLM and the trainer both load them."""
+def save_model_folder(folder: str, source: templates.TemplateSource | None = None) -> None:
+    """The tokenizer (the byte-level one with the project's template, or `source`'s released files as they are)
+    and a tiny Qwen3.5 text config, where vLLM and the trainer both load them."""
+    from transformers import AutoTokenizer
+
     from trainers.models import build_config
 
-    tok = byte_tokenizer()
-    tok.save_pretrained(folder)
-    build_config("text", {**MODEL_CONFIG, "vocab_size": len(tok)}).save_pretrained(folder)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    if source is None or source.folder is None:
+        byte_tokenizer().save_pretrained(folder)
+    else:
+        templates.copy_tokenizer(source, folder)
+    vocab = len(AutoTokenizer.from_pretrained(folder))
+    build_config("text", {**MODEL_CONFIG, "vocab_size": vocab}).save_pretrained(folder)
 
 
 def trainer_render(tok, messages: list[dict], kwargs: dict) -> Rendered:

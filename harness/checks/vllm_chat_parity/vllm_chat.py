@@ -16,13 +16,18 @@ with the arguments used here; the render server's own setup moved from vllm/entr
 A template that refuses a conversation surfaces as `ValueError` in 0.28 and `VLLMValidationError` from 0.32
 (`safe_apply_chat_template`, vllm/renderers/hf.py), each carrying the template's reason; both are a 400
 from the server, and both are `Refused` here.
-A release without `OnlineRenderer` (not read: 0.27 and older) is reported as unsupported, not guessed at.
+Supported means a release from FIRST_RELEASE on (`unsupported` reads the installed release): an older one
+(no `OnlineRenderer`, not read) is reported as unsupported, not guessed at, and on a supported release a
+chat module that fails to import is the adapter's failure, raised as the ImportError it is (the check makes
+it an error, never a skip).
 """
 from __future__ import annotations
 
 import asyncio
 import json
 from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
 
 FIRST_RELEASE = "0.28.0"  # the oldest release read with OnlineRenderer.render_chat
 TOOL_PARSER = "qwen3_coder"  # as vLLM serves Qwen3.5 (`--enable-auto-tool-choice --tool-call-parser ...`)
@@ -39,8 +44,15 @@ class Refused(Exception):
     """vLLM's chat entry point rejected the conversation (its server answers 400 with this reason)."""
 
 
-class Unsupported(Exception):
-    """This vLLM has no chat renderer this module knows how to call."""
+def unsupported(release: str | None) -> str | None:
+    """Why this module does not render with vLLM `release` (older than FIRST_RELEASE), or None where it
+    should: a release it cannot read as a version counts as supported, so a failure there is not skipped."""
+    try:
+        older = Version(str(release)) < Version(FIRST_RELEASE)
+    except InvalidVersion:
+        return None
+    return (f"vLLM {release} is older than {FIRST_RELEASE}, the first release read with "
+            "OnlineRenderer.render_chat (not read before it)") if older else None
 
 
 def openai_messages(messages: list[dict]) -> list[dict]:
@@ -72,15 +84,13 @@ class ChatRenderer:
     """vLLM's chat-completions rendering for the model in `folder` (config, tokenizer, chat template)."""
 
     def __init__(self, folder: str):
-        try:
-            from vllm.config import VllmConfig
-            from vllm.engine.arg_utils import EngineArgs
-            from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-            from vllm.renderers import renderer_from_config
-            from vllm.renderers.online_renderer import OnlineRenderer
-        except ImportError as exc:
-            raise Unsupported(f"no OnlineRenderer to render chats with (read from vLLM {FIRST_RELEASE} on): "
-                              f"{exc}") from None
+        """Raises ImportError where one of the chat modules read here does not import."""
+        from vllm.config import VllmConfig
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.renderers import renderer_from_config
+        from vllm.renderers.online_renderer import OnlineRenderer
+
         model_config = EngineArgs(model=folder, tokenizer=folder).create_model_config()
         model_config.quantization = None  # as the render server: no kernels, nothing to validate
         renderer = renderer_from_config(VllmConfig(model_config=model_config))

@@ -30,6 +30,7 @@ from harness.checks import CheckOptions
 from harness.checks.support import vllm_engine
 from harness.checks.vllm_rollout import vision as vllm_vision
 from harness.results.records import CheckResult, Status, Verdict
+from trainers.worst import worst
 
 NAME = "vllm-rollout"
 # All three kinds in every vLLM cell: whether a release loads the VL or MoE Qwen3.5 belongs to the
@@ -229,7 +230,8 @@ def kind_verdicts(kind: str, options: CheckOptions, engine: dict, sync=None) -> 
         rollout = (sync or _default_sync)(rollout, policy, before) or rollout
         after = probe.sample(rollout, shift=1)
         synced, stale = probe.errors(policy, *after), probe.errors(before, *after)
-        fresh = _fresh_engine_errors(kind, probe, policy) if sync is None and max(synced.values()) > tolerance else {}
+        failed = not worst(synced.values()) <= tolerance  # NaN fails
+        fresh = _fresh_engine_errors(kind, probe, policy) if sync is None and failed else {}
         for suffix in synced:
             verdicts.append(_sync_verdict(f"{kind}/weight-sync{suffix}", synced[suffix], stale[suffix],
                                           fresh.get(suffix), tolerance, engine, label))

@@ -67,3 +67,17 @@ def test_a_declared_failure_needs_its_reason(tmp_path):
 
     with pytest.raises(InputError, match=r"expect\.reason: missing"):
         load_plan(write_plan(tmp_path, "noreason.toml", expect__starts=False))
+
+
+def test_a_plan_whose_memory_estimate_raises_is_an_error_not_unchecked(tmp_path, monkeypatch):
+    from harness.plans import verdict
+
+    def broken(*args, **kwargs):
+        raise ValueError("no layout for 3 stages")
+
+    monkeypatch.setattr(verdict, "fsdp_estimate", broken)
+    plan = write_plan(tmp_path, "fsdp.toml", plan__backend="fsdp", parallel__tp=1, parallel__pp=1, parallel__ep=1,
+                      rollout__tp=1)
+    result = run_on(monkeypatch, plan)
+    assert result.status is Status.ERROR and "ValueError: no layout for 3 stages" in result.message
+    assert result.verdicts[0].status is Status.ERROR

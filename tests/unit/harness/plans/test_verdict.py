@@ -51,3 +51,35 @@ def test_a_stale_expect_is_said_and_exits_1(tmp_path, plan_verb):
                                     "start here: the declaration is stale")
     code, out = plan_verb(stale, as_json=True)
     assert code == 1 and json.loads(out)[0]["stale_expect"] is True
+
+
+@pytest.mark.parametrize("raised", [ValueError("no layout for 3 stages"), AssertionError("stage sizes differ"),
+                                    RuntimeError("fake world"), TypeError("unexpected None")])
+def test_a_memory_estimate_that_raises_is_an_error_naming_the_exception(tmp_path, monkeypatch, raised):
+    from harness.plans import verdict
+    from harness.plans.plan_format import load_plan
+
+    def broken(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(verdict, "fsdp_estimate", broken)
+    plan = load_plan(write_plan(tmp_path, plan__backend="fsdp", parallel__tp=1, parallel__pp=1, parallel__ep=1,
+                                rollout__tp=1))
+    finding, gib = verdict.memory_finding(plan)
+    assert finding.status == verdict.ERROR and gib == {}
+    assert f"the memory estimate raised {type(raised).__name__}: {raised}" == finding.message
+    judged = verdict.PlanVerdict(plan, [finding])
+    assert judged.verdict == "error" and judged.to_dict()["verdict"] == "error"
+
+
+def test_a_model_this_environment_cannot_build_stays_unchecked(tmp_path, monkeypatch):
+    from harness.plans import memory, verdict
+    from harness.plans.plan_format import load_plan
+
+    def unavailable(*args, **kwargs):
+        raise memory.MemoryUnavailable("transformers 5.1.0 has no 'qwen3_5_text'")
+
+    monkeypatch.setattr(verdict, "fsdp_estimate", unavailable)
+    plan = load_plan(write_plan(tmp_path, plan__backend="fsdp", parallel__tp=1, parallel__pp=1, parallel__ep=1,
+                                rollout__tp=1))
+    assert verdict.memory_finding(plan)[0].status == verdict.UNCHECKED

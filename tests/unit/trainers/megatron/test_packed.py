@@ -1,4 +1,5 @@
-"""The packed-GDN probe keeps megatron-core's own answer apart from the harness's deterministic mode.
+"""The packed-GDN probe keeps megatron-core's own answer apart from the harness's deterministic mode, and with
+FLA's kernels emulated it is held to an implementation other than the one under test.
 
 A stand-in layer behaves as megatron-core 0.19.2's GatedDeltaNet does (its forward read from the installed
 package): packed (THD) input asserts `not deterministic_mode`; outside that mode it calls FLA's
@@ -53,16 +54,47 @@ class GatedDeltaNetLike(torch.nn.Module):
         return out.squeeze(2).transpose(0, 1), None
 
 
+def independent(x):
+    """The stand-in layer's arithmetic written apart from it, for one (1, T, H) sequence: the causal conv
+    y_t = 0.5 x_(t-1) + x_t, then the running sum (the recurrence with g = 0, beta = 1)."""
+    y = x.clone()
+    y[:, 1:] += 0.5 * x[:, :-1]
+    return y.cumsum(dim=1)
+
+
+REFERENCE = "an independent implementation"
+
+
 def test_a_refusal_by_the_harness_deterministic_mode_is_not_megatron_cores():
-    probe = probe_packed_gdn(GatedDeltaNetLike(deterministic=True))
+    probe = probe_packed_gdn(GatedDeltaNetLike(deterministic=True), reference=independent, reference_name=REFERENCE)
     assert probe["deterministic_mode_error"] == "AssertionError: Packed sequence does not support deterministic mode."
     assert probe["accepted"] and probe["keeps_sequences_apart"] and probe["matches_padded"]
+    assert probe["matches_reference"] and probe["max_reference_error"] < 1e-6
     assert probe["emulated_kernels"] == ["causal_conv1d", "chunk_gated_delta_rule"]
     verdict = packed_verdict({"packed": probe})
-    assert verdict.status == Status.PASS
+    assert verdict.status == Status.PASS and verdict.emulated
     assert "accepts packed (THD) input" in verdict.message and "refuses packed" not in verdict.message
-    assert "only the harness's deterministic_mode" in verdict.message and "emulated on CPU" in verdict.message
+    assert "only the harness's deterministic_mode" in verdict.message and "emulated: FLA's" in verdict.message
+    assert f"against {REFERENCE}: max error" in verdict.message
     assert causal_conv1d is None and chunk_gated_delta_rule is None  # the stand-ins were taken back
+
+
+def test_a_recurrence_wrong_on_every_side_of_the_emulation_fails_against_the_independent_reference(monkeypatch):
+    """The torch rule that both the emulated kernels and the padded path run is wrong: packed, alone and padded
+    agree with each other, and only the reference written apart from it shows the error."""
+    monkeypatch.setitem(globals(), "torch_chunk_gated_delta_rule",
+                        lambda q, k, v, g, beta, **kwargs: (v.cumsum(dim=1) * 1.5, None))
+    probe = probe_packed_gdn(GatedDeltaNetLike(deterministic=True), reference=independent, reference_name=REFERENCE)
+    assert probe["keeps_sequences_apart"] and probe["matches_padded"] and not probe["matches_reference"]
+    verdict = packed_verdict({"packed": probe})
+    assert verdict.status == Status.FAIL and verdict.emulated and f"differs from {REFERENCE}" in verdict.message
+
+
+def test_an_emulated_probe_without_a_reference_cannot_pass():
+    probe = probe_packed_gdn(GatedDeltaNetLike(deterministic=True))
+    assert probe["keeps_sequences_apart"] and probe["matches_reference"] is None
+    verdict = packed_verdict({"packed": probe})
+    assert verdict.status == Status.FAIL and "held to no implementation but megatron-core's own" in verdict.message
 
 
 def test_megatron_cores_own_refusal_is_reported_as_its_own():

@@ -1,6 +1,7 @@
 """Megatron-Bridge's own verdicts in bridge-parity: each fails on the broken measurement it exists for, each names
-the bridge that produced it (one named for Megatron-Bridge that the project mapping produced fails), and a failed
-import of Megatron-Bridge names the line of its code that raised."""
+the bridge that produced it (one named for Megatron-Bridge that the project mapping produced fails), the ones run
+on this project's CPU layers are marked emulated and name the stand-ins, a NaN or a non-finite gradient fails,
+and a failed import of a pinned Megatron-Bridge is an error naming the line of its code that raised."""
 from __future__ import annotations
 
 import copy
@@ -8,7 +9,7 @@ import linecache
 
 import pytest
 
-from harness.checks import bridge_parity
+from harness.checks import CheckOptions, bridge_parity
 from harness.checks.bridge_parity import megatron_bridge
 from harness.results.records import Status, Verdict
 
@@ -98,14 +99,66 @@ def test_an_error_of_the_bridge_fails_and_no_result_fails_with_the_log():
     assert all(megatron_bridge.attributed(v) is v for v in empty)
 
 
-def test_an_import_that_still_fails_skips_with_the_line_that_raised():
-    data = {"import": {"error": "ModuleNotFoundError: No module named 'transformer_engine'",
-                       "where": "megatron/bridge/peft/lora_layers.py line 20: "
-                                "`import transformer_engine.pytorch as te`"}}
-    found = run_verdicts(data)
+IMPORT_FAILED = {"import": {"error": "ModuleNotFoundError: No module named 'transformer_engine'",
+                            "where": "megatron/bridge/peft/lora_layers.py line 20: "
+                                     "`import transformer_engine.pytorch as te`"}}
+
+
+def test_a_pinned_megatron_bridge_that_does_not_import_is_an_error_with_the_line_that_raised():
+    found = run_verdicts(IMPORT_FAILED)
     assert set(found) == {"megatron-bridge/text-hybrid", "megatron-bridge/moe-hybrid", "megatron-bridge/vl"}
-    assert all(v.status == Status.SKIP and "lora_layers.py line 20" in v.message for v in found.values())
-    assert run_verdicts(data, "megatron-bridge-tp2") == {}  # said once, not once per job
+    assert all(v.status == Status.ERROR and "lora_layers.py line 20" in v.message
+               and "the row pins it" in v.message for v in found.values())
+    assert run_verdicts(IMPORT_FAILED, "megatron-bridge-tp2") == {}  # said once, not once per job
+
+
+def test_the_check_is_an_error_not_a_pass_when_a_pinned_megatron_bridge_does_not_import(tmp_path, monkeypatch):
+    from harness.checks.support import ranks
+
+    monkeypatch.setattr(ranks, "preload", lambda *names: None)
+    monkeypatch.setattr(bridge_parity, "_run_job", lambda job, *a: (IMPORT_FAILED, "forked"))
+    monkeypatch.setattr(megatron_bridge, "installed_version", lambda: "0.6.2")
+    monkeypatch.setattr(bridge_parity, "_skip_reason", lambda: None)
+    result = bridge_parity.run(CheckOptions(backend="megatron", work_dir=tmp_path), jobs=("megatron-bridge-tp1",))
+    assert result.status == Status.ERROR and "import megatron.bridge" in result.message
+
+
+def test_conversion_verdicts_are_megatron_bridges_and_the_others_are_emulated_naming_the_stand_ins():
+    found = run_verdicts(results())
+    for case in ("text-hybrid", "moe-hybrid"):
+        for aspect in megatron_bridge.CONVERSION:
+            verdict = found[f"megatron-bridge/{case}-tp1/{aspect}"]
+            assert not verdict.emulated and verdict.metrics["measures"] == "conversion"
+            assert verdict.message.startswith("Megatron-Bridge's conversion, bridge megatron-bridge 0.6.2")
+        for aspect in megatron_bridge.RUN_ON_LAYERS:
+            verdict = found[f"megatron-bridge/{case}-tp1/{aspect}"]
+            assert verdict.emulated and verdict.metrics["measures"] == "run-on-layers", verdict
+            for stand_in in ("MaskedGatedDeltaNet", "CpuRMSNorm", "te_layout.py", "megatron_logits",
+                             "gradient reduction"):
+                assert stand_in in verdict.message, (stand_in, verdict.message)
+    assert "4 of 4 conversion verdicts pass; 4 of 4 emulated on this project's CPU layers pass" in \
+        megatron_bridge.summary(list(found.values()))
+    # on a runner that builds the provider's own layers nothing is emulated, and the project's code is still named
+    data = results()
+    for case in ("text-hybrid", "moe-hybrid"):
+        data[case]["layers"] = "provider"
+    own = run_verdicts(data)["megatron-bridge/text-hybrid-tp1/grads"]
+    assert not own.emulated and "provider's own layers" in own.message and "megatron_logits" in own.message
+    assert megatron_bridge.attributed(own) is own and megatron_bridge.attributed(
+        Verdict(own.name, own.status, own.message, metrics={}, emulated=True)).emulated
+
+
+@pytest.mark.parametrize("field, value", [("max_rel_grad_error", float("nan")),
+                                          ("max_abs_logprob_error", float("nan")),
+                                          ("project_max_abs_diff", float("nan")),
+                                          ("nonfinite_grads", ["decoder.layers.0.self_attention.A_log"])])
+def test_a_nan_or_a_nonfinite_gradient_fails_its_verdict(field, value):
+    data = results()
+    data["text-hybrid"][field] = value
+    if field == "project_max_abs_diff":
+        data["text-hybrid"]["project_mismatched"] = ["decoder.layers.0.self_attention.A_log"]
+    failed = {name for name, v in run_verdicts(data).items() if v.status == Status.FAIL}
+    assert len(failed) == 1 and failed <= {f"megatron-bridge/text-hybrid-tp1/{a}" for a in megatron_bridge.ASPECTS}
 
 
 def test_without_megatron_bridge_there_is_no_verdict_for_it():

@@ -1,15 +1,18 @@
 """The fully-async verdicts of grpo-convergence fail on the runs they exist for: a sample whose engine
-held older weights than allowed, a run that ignored staleness, a run with the correction switched off."""
+held older weights than allowed, a run that ignored staleness, a run with the correction switched off, and a
+run whose records cannot say which weights the engine held. (The real driver's records with a sync that does
+nothing: tests/e2e/test_fully_async_run.py.)"""
 from harness.checks.grpo_convergence import async_verdicts as av
 from harness.results.records import Status
 
 
 def _run(limit, steps=6, loaded=None, correction=True, ratio_max=1.2):
-    """Records as the fully-async driver writes them; `loaded`: each step's loaded weight version."""
+    """Records as the fully-async driver writes them; `loaded`: the version each step's engine held."""
     records = []
     for step in range(steps):
         version = loaded[step] if loaded is not None else step - av.expected_staleness(step, limit)
         record = {"step": step, "reward_mean": 0.5, "staleness": step - version, "weight_version": version,
+                  "weight_versions_matched": [version], "weight_fingerprint": f"fp{version}",
                   "queue_max_depth": 1, "queue_capacity": max(1, limit), "tis_cap": 2.0}
         if correction:
             record.update(is_ratio_mean=0.99, is_ratio_max=ratio_max if step - version else 1.0,
@@ -28,15 +31,31 @@ def test_a_run_that_follows_the_schedule_passes_every_verdict():
     assert _statuses(_run(0), 0) == {"bounded": Status.PASS, "schedule": Status.PASS, "correction": Status.SKIP}
 
 
-def test_bounded_is_judged_from_the_loaded_version():
+def test_bounded_is_judged_from_the_held_version():
     # the schedule asked for version step-1, but the engine still held version 0 at step 3: 3 versions old
     records = _run(1, loaded=[0, 0, 1, 0, 3, 4])
     verdict = av.bounded_verdict(records, 1)
     assert verdict.status is Status.FAIL and "at most 3 versions old" in verdict.message
-    # no loaded version recorded: nothing to judge from
+    assert "older at steps [3]" in verdict.message
+
+
+def test_records_that_cannot_say_what_the_engine_held_fail_bounded_and_schedule():
+    # a version without the fingerprint it was read from: the version the producer asked for, not what it held
+    records = _run(1)
     for record in records:
-        del record["weight_version"]
-    assert av.bounded_verdict(records, 1).status is Status.FAIL
+        del record["weight_fingerprint"]
+    for verdict in (av.bounded_verdict(records, 1), av.schedule_verdict(records, 1)):
+        assert verdict.status is Status.FAIL and "no fingerprint" in verdict.message
+    # the engine's weights matched no published version at step 2, or several at step 4
+    records = _run(1)
+    records[2].update(weight_version=None, weight_versions_matched=[], staleness=None)
+    for verdict in (av.bounded_verdict(records, 1), av.schedule_verdict(records, 1)):
+        assert verdict.status is Status.FAIL and "no published version at steps [2]" in verdict.message
+    records = _run(1)
+    records[4].update(weight_version=None, weight_versions_matched=[2, 3], staleness=None)
+    verdict = av.bounded_verdict(records, 1)
+    assert verdict.status is Status.FAIL and "several published versions at steps [4]" in verdict.message
+    assert av.correction_stats(records)["stale_updates"] == 4  # the unknown age is not counted as stale
 
 
 def test_a_run_that_ignores_staleness_fails_the_schedule_and_the_correction():
@@ -70,11 +89,20 @@ def _records(curve):
 
 
 def _async_records(staleness, depth=1, capacity=1):
-    return [{"step": i, "reward_mean": 0.5, "staleness": s, "weight_version": i - s, "queue_max_depth": depth,
-             "queue_capacity": capacity} for i, s in enumerate(staleness)]
+    return [{"step": i, "reward_mean": 0.5, "staleness": s, "weight_version": i - s, "weight_fingerprint": "fp",
+             "queue_max_depth": depth, "queue_capacity": capacity} for i, s in enumerate(staleness)]
+
 
 def test_bounded_verdict_catches_stale_samples_an_overfull_queue_and_a_sync_run():
     assert av.bounded_verdict(_async_records([0, 1, 2, 2]), 2).status is Status.PASS
     assert av.bounded_verdict(_async_records([0, 1, 3]), 2).status is Status.FAIL
     assert av.bounded_verdict(_async_records([0, 1, 1], depth=3, capacity=2), 2).status is Status.FAIL
     assert av.bounded_verdict(_records([0.2, 0.3]), 1).status is Status.FAIL  # ran sync: no staleness
+
+
+def test_a_nan_ratio_in_any_stale_update_fails_the_correction():
+    for where in (1, 3, 5):  # the first, a middle and the last stale update
+        records = _run(1)
+        records[where]["is_ratio_max"] = float("nan")
+        verdict = av.correction_verdict(records, 1)
+        assert verdict.status is Status.FAIL and "NaN" in verdict.message, where

@@ -42,3 +42,13 @@ def test_fully_async_results_combine_with_prefixed_verdicts():
     assert combined.status is Status.FAIL
     assert [v.name for v in combined.verdicts] == ["staleness1/band", "staleness2/bounded"]
     assert reference_path("fsdp", "text", 2).name == "grpo_fsdp_text_async2.json"
+
+
+def test_a_nan_reward_in_any_position_fails_the_band_at_its_step():
+    steps = len(REFERENCE["curve"])
+    for where in (0, steps // 2, steps - 1):
+        curve = list(REFERENCE["curve"])
+        curve[where] = float("nan")
+        _, _, metrics, verdicts = check.evaluate(_records(curve), REFERENCE)
+        assert {v.name: v.status for v in verdicts}["band"] is Status.FAIL, where
+        assert metrics["worst_step"] == where

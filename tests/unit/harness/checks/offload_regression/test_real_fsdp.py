@@ -41,3 +41,15 @@ def test_real_fsdp2_verdicts_judge_every_model(broken, upstream, trainer):
                                           rtol=1e-5, note="")}
     assert (result["upstream"].status, result["trainer"].status) == (upstream, trainer)
     assert set(result["upstream"].metrics["models"]) == {"text", "vl"}
+
+
+def test_real_fsdp2_verdicts_name_their_set_up_with_the_buffers_devices_the_worker_saw():
+    from harness.checks.offload_regression.real_fsdp import verdicts
+
+    passes = {name: {**_real_pass(), "buffer_devices": ["cuda:0"]} for name in ("trainer", "upstream")}
+    passes.update(reference=_real_pass(), reference_trainer=_real_pass())
+    for verdict in verdicts({"text": passes}, "real-fsdp2", deciding=True, emulated=False, rtol=1e-5, note=""):
+        assert verdict.message.startswith("[real FSDP2 CPUOffloadPolicy on a model built on the host, buffers "
+                                          "moved to the device by fully_shard"), verdict.message
+        assert "buffers on cuda:0]" in verdict.message and "verl sets" not in verdict.message
+        assert verdict.metrics["models"]["text"]["buffer_devices"] == ["cuda:0"]
