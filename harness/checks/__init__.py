@@ -51,10 +51,17 @@ CHECKS: dict[str, CheckSpec] = {
         # flash-linear-attention, transformers calls its Triton kernels even on CPU tensors, which cannot run there)
         CheckSpec("patch-parity", "harness.checks.patch_parity",
                   "every applicable patch gives the stock numbers; packed equals unpacked", ("fsdp",),
-                  cpu_part="target audit"),
+                  cpu_part="target audit",
+                  verl="verl's apply_monkey_patch (its Qwen3.5 base model, decoder layer, packed gated delta net with "
+                       "its fallbacks, VL forward), called through its FSDP engine (forward_step, prepare_model_inputs "
+                       "and prepare_model_outputs on a batch from left_right_2_no_padding), packed and padded, "
+                       "against stock transformers"),
         CheckSpec("offload-regression", "harness.checks.offload_regression",
                   "text, VL and MoE models under FSDP2 CPU offload: a verdict per host tensor that meets device "
-                  "compute, upstream and trainer", ("fsdp",)),
+                  "compute, upstream and trainer", ("fsdp",),
+                  verl="the model set up by verl's apply_fsdp2 and fsdp2_load_full_state_dict with CPU offload and "
+                       "verl's apply_monkey_patch (its fast_pos_embed_interpolate), stepped through its FSDP engine: "
+                       "real FSDP2 ranks, and the strict device emulation fed with verl's units and buffer placement"),
         CheckSpec("nested-chunking", "harness.checks.nested_chunking",
                   "jagged mRoPE position ids survive micro-batch chunking", ("fsdp", "megatron"),
                   needs_accelerator=False),  # its tensors stay on the CPU on every device

@@ -1,7 +1,7 @@
 """verl-tests on the real verl release installed here and its sdist from the package index (network): verl's own
 protocol tests pass on the stack verl declares, turn red when a tensordict utility of verl is broken under them
 (a conftest injected into the unpacked suite), and a file that cannot be collected for a missing module is a skip,
-never red. Runs in the `tests-verl` session (verl 0.9.1, transformers 5.9.0, tensordict 0.10.0)."""
+never red. Runs in the `tests-verl` session (verl 0.9.1, transformers 5.8.1, tensordict 0.10.0)."""
 from __future__ import annotations
 
 import textwrap
@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("verl")
+pytestmark = pytest.mark.verl
 
 from harness.checks import verl_tests as check  # noqa: E402 - after the skip: these need verl installed
 from harness.checks.support import verl  # noqa: E402

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.checks import CheckOptions
+from harness.checks.support import verl
 from harness.results.records import CheckResult, Status, Verdict
 
 NAME = "offload-regression"
@@ -119,6 +120,11 @@ def run(options: CheckOptions, *, trainer_method: str = "project", real_fsdp: bo
             metrics["real_fsdp2"] = {k: report[k] for k in ("device", "world_size", "torch", "transformers")}
             verdicts += fsdp.verdicts(report["models"], "real-fsdp2", deciding=plan.type != "cpu", emulated=False,
                                       rtol=rtol, note=CPU_FSDP_NOTE if plan.type == "cpu" else "")
+    if real_fsdp and verl.installed():  # a verl row: verl's FSDP2 set-up and step beside the project's
+        from harness.checks.offload_regression.verl_verdicts import verl_part
+
+        verl_verdicts, metrics["verl"] = verl_part(options, plan, out_dir)
+        verdicts += verl_verdicts
     verdicts.sort(key=_order)
     status = overall(verdicts)
     by_name = {v.name: v for v in verdicts}
@@ -126,4 +132,8 @@ def run(options: CheckOptions, *, trainer_method: str = "project", real_fsdp: bo
     message = (f"upstream {by_name['upstream'].status.value}, trainer {by_name['trainer'].status.value}; "
                f"{sites} sites found upstream (decided by {decided_by}"
                + (", emulated" if plan.type == "cpu" else "") + ")")
+    if "verl" in metrics:
+        from harness.checks.offload_regression.verl_verdicts import with_verl
+
+        status, message = with_verl(status, message, verdicts)
     return CheckResult(NAME, status, message, metrics=metrics, verdicts=verdicts)

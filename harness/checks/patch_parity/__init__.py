@@ -8,6 +8,8 @@ Verdicts, on the text, vision-language and MoE tiny models where each applies:
   fused-logprob:T=*     chunked log-probs / entropy against log_softmax at the same temperature
   rollout-vs-trainer:*  the rollout engine's sampled-token log-probs against the trainer's
   npu-parity:*          NPU op patches against the torch reference (from trainers.patches.npu_ops)
+  verl:<type>/*         in a row that installs verl: verl's own Qwen3.5 forwards through its FSDP engine against
+                        stock, packed and padded, and the gated delta net path verl takes (verl_forwards)
 The check fails if any verdict fails; `affected` verdicts report upstream's behaviour.
 Asked for its part that needs no accelerator (harness.checks.cpu_part_only: the CPU pre-flight of an accelerator
 cell), it gives the target audit alone; the numeric verdicts await a runner.
@@ -19,6 +21,7 @@ import time
 
 from harness.checks import CheckOptions, cpu_part_only
 from harness.checks.patch_parity.inputs import Tolerance
+from harness.checks.support import verl
 from harness.results.records import CheckResult, Status, Verdict
 
 NAME = "patch-parity"
@@ -93,6 +96,10 @@ def run(options: CheckOptions) -> CheckResult:
         ("rollout_vs_trainer", lambda: rollout_vs_trainer(models, TOLERANCES, seed)),
         ("npu_op_parity", lambda: _npu_op_verdicts(seed)),
     )
+    if verl.installed():  # a verl row: verl's own Qwen3.5 forwards against stock, last (its patch is process-wide)
+        from harness.checks.patch_parity.verl_forwards import verl_verdicts
+
+        sections += (("verl", lambda: verl_verdicts(seed, TOLERANCES["float32"].output)),)
     for section, produce in sections:
         start = time.perf_counter()
         verdicts.extend(produce())

@@ -141,22 +141,27 @@ def attributed(result_verdict: Verdict) -> Verdict:
                    f"{result_verdict.message})", metrics=result_verdict.metrics, emulated=result_verdict.emulated)
 
 
-def use_cpu_platform() -> str:
+def use_cpu_platform(current_device: Any = "cpu") -> str:
     """Name a CPU device for verl on a machine without an accelerator, through verl's own extension point.
 
     verl 0.9's platform registry (verl.plugin.platform) falls back to its CUDA platform when it finds no
     accelerator, whose current device is torch.cuda.current_device(): that raises on a CPU torch. Registering a
     platform is how verl takes new hardware; nothing in verl is changed. verl releases without the registry
-    already answer "cpu" there. Returns what was done, for the verdicts' metrics."""
+    already answer "cpu" there (torch.cpu.current_device()). `current_device` is what verl's get_device_id() then
+    answers: torch.device("cpu", 0) lets a recorder tell verl's moves "to the device" from its moves to the host
+    ("cpu"); without the registry torch.cpu.current_device answers it, in a rank process of its own only. Returns
+    what was done, for the verdicts' metrics."""
     import torch
 
     try:
         from verl.plugin.platform import PlatformBase, PlatformRegistry, set_platform
     except ImportError:
+        if current_device != "cpu":
+            torch.cpu.current_device = lambda: current_device
         return "verl without a platform registry: its device helpers answer cpu"
 
     answers = {"device_name": "cpu", "vendor_name": "cpu", "device_module": torch.cpu, "is_available": True,
-               "current_device": "cpu", "device_count": 1, "communication_backend_name": "gloo",
+               "current_device": current_device, "device_count": 1, "communication_backend_name": "gloo",
                "visible_devices_envvar": "CUDA_VISIBLE_DEVICES", "ray_resource_name": "CPU", "ray_noset_envvars": [],
                "is_ipc_supported": False, "get_device_capability": (None, None)}
     names = {name: answers.get(name) for name in PlatformBase.__abstractmethods__}

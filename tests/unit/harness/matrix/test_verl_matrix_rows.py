@@ -39,7 +39,7 @@ def test_the_verl_dev_cell_is_exact_and_inside_verls_range():
     """`nox -s tests-verl` installs it: an exact stack, never `newest`, with no override."""
     dev, = matrix.load(MATRICES / "cpu.toml").select(tags=["verl-dev"])
     assert not dev.symbolic_axes() and dev.install.outside == ()
-    assert dev.requirements == ["verl==0.9.1", "torch==2.13.0", "transformers==5.9.0", "tensordict==0.10.0"]
+    assert dev.requirements == ["verl==0.9.1", "torch==2.13.0", "transformers==5.8.1", "tensordict==0.10.0"]
 
 
 def test_only_verl_rows_carry_the_verl_tag_and_none_is_a_smoke_or_dev_cell():

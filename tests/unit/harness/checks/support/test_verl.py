@@ -34,10 +34,8 @@ def fake_verl(tmp_path, monkeypatch):
     for name in [m for m in sys.modules if m == "verl" or m.startswith("verl.")]:
         monkeypatch.delitem(sys.modules, name)
     yield site
-    # The stand-in's modules must not outlive the test: a later `importorskip("verl")` would find them.
-    for name in [m for m in sys.modules if (m == "verl" or m.startswith("verl."))
-                 and str(site) in str(getattr(sys.modules[m], "__file__", ""))]:
-        del sys.modules[name]
+    for name in [m for m in sys.modules if m == "verl" or m.startswith("verl.")]:
+        del sys.modules[name]  # the stand-in's modules go with it; monkeypatch then puts a real verl's back
 
 
 def test_the_release_and_its_declared_range_are_read_from_the_installed_metadata(fake_verl, monkeypatch):
@@ -106,3 +104,45 @@ def test_the_registry_applies_the_guard_to_every_check(fake_verl, monkeypatch):
     monkeypatch.setattr(checks, "load", lambda name: Borrowed)
     result = checks.run_in_process("borrowed", checks.CheckOptions())
     assert result.status is Status.FAIL and result.verdicts[0].status is Status.FAIL
+
+
+def test_verls_device_is_the_one_asked_for_through_its_platform_registry(fake_verl):
+    import torch
+
+    (fake_verl / "verl" / "plugin").mkdir()
+    (fake_verl / "verl" / "plugin" / "__init__.py").write_text("")
+    (fake_verl / "verl" / "plugin" / "platform.py").write_text(textwrap.dedent("""\
+        import abc
+
+        class PlatformBase(abc.ABC):
+            @property
+            @abc.abstractmethod
+            def device_name(self): ...
+
+            @abc.abstractmethod
+            def current_device(self): ...
+
+        class PlatformRegistry:
+            @classmethod
+            def register(cls, platform):
+                return lambda made: made
+
+        CURRENT = []
+
+        def set_platform(platform):
+            CURRENT.append(platform)
+        """))
+    assert "registered" in verl.use_cpu_platform(torch.device("cpu", 0))
+    from verl.plugin.platform import CURRENT
+
+    assert CURRENT[-1].current_device() == torch.device("cpu", 0) and CURRENT[-1].device_name == "cpu"
+
+
+def test_without_a_registry_torch_answers_verls_current_device(fake_verl, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cpu, "current_device", torch.cpu.current_device)
+    assert "without a platform registry" in verl.use_cpu_platform()
+    assert torch.cpu.current_device() == "cpu"
+    verl.use_cpu_platform(torch.device("cpu", 0))
+    assert torch.cpu.current_device() == torch.device("cpu", 0)
