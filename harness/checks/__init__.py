@@ -69,6 +69,11 @@ CHECKS: dict[str, CheckSpec] = {
         CheckSpec("vllm-chat-parity", "harness.checks.vllm_chat_parity",
                   "the trainer's tool-call parser and chat rendering agree with vLLM's parser and vLLM's own chat "
                   "path, token for token", timeout=300, needs_accelerator=False),
+        CheckSpec("multi-turn-tokens", "harness.checks.multi_turn_tokens",
+                  "an agent loop's per-turn tokens equal the whole-conversation rendering; the template dropping "
+                  "earlier thinking told apart from a bug", timeout=300, needs_accelerator=False,
+                  verl="verl's ToolAgentLoop.run with a scripted engine, and its Continuous Token builder with user "
+                       "turns"),
     )
 }
 
@@ -85,6 +90,7 @@ VERDICTS: dict[str, tuple[str, ...]] = {
     "bridge-parity": ("*-tp[0-9]*", "*-ep[0-9]*", "packed-gdn"),
     "grpo-convergence": ("threshold", "gain", "band"),
     "vllm-chat-parity": ("tool-calls", "tool-calls-malformed", "chat-rendering"),
+    "multi-turn-tokens": ("trainer/*", "verl:multi-turn-tokens/*"),
 }
 
 
