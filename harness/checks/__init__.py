@@ -86,6 +86,11 @@ CHECKS: dict[str, CheckSpec] = {
                   needs_accelerator=False, needs_axes=("verl",),
                   verl="verl's own test suite from the release's sdist or git revision, run with pytest against the "
                   "installed verl"),
+        CheckSpec("multi-turn-tokens", "harness.checks.multi_turn_tokens",
+                  "an agent loop's per-turn tokens equal the whole-conversation rendering; the template dropping "
+                  "earlier thinking told apart from a bug", timeout=300, needs_accelerator=False,
+                  verl="verl's ToolAgentLoop.run with a scripted engine, and its Continuous Token builder with user "
+                       "turns"),
     )
 }
 
@@ -103,6 +108,7 @@ VERDICTS: dict[str, tuple[str, ...]] = {
     "grpo-convergence": ("threshold", "gain", "band"),
     "vllm-chat-parity": ("tool-calls", "tool-calls-malformed", "chat-rendering"),
     "verl-tests": ("tests/*.py",),  # one of verl's own test files
+    "multi-turn-tokens": ("trainer/*", "verl:multi-turn-tokens/*"),
 }
 # In a verl row, a check with a verl counterpart also gives `verl:` verdicts (support/verl.py).
 for _name in ("patch-parity", "offload-regression", "nested-chunking", "grpo-convergence", "launch-plans",

@@ -411,7 +411,9 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         runner = next((r.tag for r in reversed(runner_rules) if r.when.matches(axes)), default_runner)
         named = {a: v for a, v in axes.items() if a != ax.PYTHON_AXIS or cid not in defaulted}
         extras, recipe = extra_for[cid]
-        cells.append(Cell(name, cid, named, tuple(sorted(tags)), tuple(checks),
+        # A check that needs an axis (verl-tests: a verl release) is in the cells that carry it only.
+        own_checks = tuple(c for c in checks if c not in CHECKS or all(a in axes for a in CHECKS[c].needs_axes))
+        cells.append(Cell(name, cid, named, tuple(sorted(tags)), own_checks,
                           tuple(k for k in known if k.when.matches(axes)), runner, extras,
                           axes.get(ax.PYTHON_AXIS), recipe, max_ranks=max_ranks))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,

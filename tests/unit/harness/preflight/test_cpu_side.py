@@ -67,7 +67,7 @@ def test_the_registry_decides_what_runs_on_cpu():
     planned = cpuside.plan(cell)
     assert planned["bridge-parity"] is None  # not on this backend
     assert {name for name, mark in planned.items() if mark == sources.RAN} == {
-        "nested-chunking", "vllm-chat-parity", "launch-plans"}
+        "nested-chunking", "vllm-chat-parity", "launch-plans", "multi-turn-tokens"}
     assert planned["patch-parity"] == sources.PART
     assert {name for name, mark in planned.items() if mark == sources.AWAITS} == {
         "stack-smoke", "offload-regression", "grpo-convergence", "vllm-rollout"}
