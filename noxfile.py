@@ -42,6 +42,9 @@ from trainers.runtime import determinism  # noqa: E402
 # so that uv takes the local CPU torch wheel instead of downloading the CUDA build.
 FORWARDED = pipconfig.uv_environment()
 os.environ.update(FORWARDED)
+# The sessions' environments are nox's own: their bytecode is kept, so each pytest worker and check process
+# does not compile torch, transformers and megatron-core again where the caller turned that off.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["cpu-fsdp-qwen35"]

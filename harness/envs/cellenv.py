@@ -17,8 +17,10 @@ import ctypes
 import hashlib
 import json
 import os
+import platform
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -75,6 +77,9 @@ class CellEnv:
         """The environment a check runs in: the project importable, one CPU thread."""
         env = dict(os.environ)
         env.pop("PYTHONHOME", None)
+        # The environment is the harness's own: its bytecode is kept, so that a check process does not compile
+        # torch, transformers or megatron-core again (tens of seconds each) where the caller turned that off.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["VIRTUAL_ENV"] = str(self.path)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
         env["PATH"] = os.pathsep.join((str(self.python.parent), env.get("PATH", "")))
@@ -94,6 +99,29 @@ def uv_process_env() -> dict[str, str]:
     env = {**os.environ, **pipconfig.uv_environment(), "UV_PYTHON_DOWNLOADS": "never"}
     env.pop("VIRTUAL_ENV", None)
     return env
+
+
+# The settings of uv's that decide what it can install here, besides the pins themselves.
+_INSTALL_SETTINGS = ("UV_CONSTRAINT", "UV_FIND_LINKS", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL",
+                     "UV_INDEX", "UV_OFFLINE", "UV_NO_BUILD", "UV_ONLY_BINARY")
+
+
+def runner_install_facts() -> dict:
+    """What this runner brings to an install: its platform, C library and host, and the uv settings (pip's
+    included) with the contents of the constraint files they name. A cell that could not be installed here is
+    tried again only when these or its own inputs change."""
+    settings = {**os.environ, **pipconfig.uv_environment()}
+    facts: dict = {"platform": [platform.system(), platform.machine(), *platform.libc_ver()],
+                   "host": socket.gethostname(),
+                   "settings": {name: settings[name] for name in _INSTALL_SETTINGS if settings.get(name)}}
+    constraints = {}
+    for name in settings.get("UV_CONSTRAINT", "").split():
+        try:
+            constraints[name] = hashlib.sha256(Path(name).read_bytes()).hexdigest()
+        except OSError:
+            constraints[name] = "unreadable"
+    facts["constraints"] = constraints
+    return facts
 
 
 def _fingerprint(requirements: list[str], python: str) -> str:

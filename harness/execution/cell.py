@@ -8,6 +8,7 @@ each cell.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import subprocess
@@ -77,7 +78,7 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     if container.wanted(cell):  # a cell with an image runs inside it
         return container_cell.run_cell(cell, matrix, opts, earlier)
     wanted = opts.checks or cell.checks
-    kept = kept_results(earlier, wanted, opts.redo)  # the cell's other results stay
+    kept = kept_results(earlier, wanted, opts.redo, install_key(cell))  # the cell's other results stay
     rel = Path("cells") / cell.id
     started, start = now(), time.perf_counter()
     result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags), started=started,
@@ -95,7 +96,8 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     env, verdict, attempts = _install(cell, opts, python, setup_log, opts.out_dir / rel / "lock.txt")
     result.phases["environment"] = round(time.perf_counter() - phase, 3)
     if env is None:
-        result.checks = combine_checks(wanted, kept, lambda name: _not_installed(name, verdict, attempts, result))
+        key = install_key(cell)
+        result.checks = combine_checks(wanted, kept, lambda name: _not_installed(name, verdict, attempts, result, key))
     else:
         result.lock = str(rel / "lock.txt")
         _run_checks(cell, matrix, env, opts, result, wanted, kept)
@@ -141,15 +143,25 @@ def _git_source_unreachable(requirements: list[str], output: str) -> install_ver
                                           output[-install_verdict.RESOLVER_LIMIT:])
 
 
+def install_key(cell: Cell) -> str:
+    """What an install of `cell` depends on, hashed: its pins and install order, its Python, and what this runner
+    brings (cellenv.runner_install_facts). Recorded with an install verdict; an earlier "not installable on this
+    runner" is kept while the key is the same."""
+    inputs = {"requirements": cell.requirements, "install": cell.install_record(), "python": cell.python,
+              "runner": cellenv.runner_install_facts()}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def _not_installed(name: str, verdict: install_verdict.InstallVerdict | None, attempts: list[dict],
-                   result: CellResult) -> CheckResult:
+                   result: CellResult, key: str) -> CheckResult:
     """A check that did not run because the cell's environment could not be installed: its install verdict
-    (in the message, the failure class and metrics["install"]), or an infra failure with the log's tail."""
+    (in the message, the failure class and metrics["install"] with the install key), or an infra failure with
+    the log's tail."""
     if verdict is None:
         return CheckResult(name, Status.ERROR, f"environment setup failed: {attempts[-1]['reason']}",
                            log=result.setup_log, failure_class="infra", attempts=attempts[:-1])
     return CheckResult(name, Status.ERROR, verdict.text(), log=result.setup_log, failure_class=verdict.failure_class,
-                       metrics={"install": verdict.to_dict()}, attempts=attempts[:-1])
+                       metrics={"install": {**verdict.to_dict(), "key": key}}, attempts=attempts[:-1])
 
 
 def _run_checks(cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts: RunOptions, result: CellResult,

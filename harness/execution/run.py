@@ -35,7 +35,7 @@ from harness.results.records import (
 )
 
 from . import container_cell, runner
-from .cell import RunOptions, reapply_known_failures, run_cell
+from .cell import RunOptions, install_key, reapply_known_failures, run_cell
 from .jobs import Progress, cell_cost, start_order
 from .reuse import ReuseIndex
 
@@ -113,7 +113,7 @@ def reusable(cell: Cell, opts: RunOptions) -> tuple[CellResult | None, bool]:
     """
     earlier = previous_result(opts.out_dir, cell)
     wanted = opts.checks or cell.checks
-    complete = earlier is not None and set(wanted) <= set(kept_results(earlier, wanted, opts.redo))
+    complete = earlier is not None and set(wanted) <= set(kept_results(earlier, wanted, opts.redo, install_key(cell)))
     if complete and reapply_known_failures(earlier, cell):
         write_json_atomic(cell_path(opts.out_dir, cell.id), earlier.to_dict())
     return earlier, complete

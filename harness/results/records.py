@@ -282,16 +282,24 @@ def expire_known_failure(result: CheckResult, today: dt.date | None = None) -> C
     return result
 
 
-def kept_results(earlier: CellResult | None, wanted, redo: bool) -> dict[str, CheckResult]:
+def kept_results(earlier: CellResult | None, wanted, redo: bool, install_key: str | None = None
+                 ) -> dict[str, CheckResult]:
     """The earlier results a run keeps, by check: all but the wanted checks that are redone, and
-    the wanted checks that failed for infrastructure reasons or for what the runner lacked (a network or
-    disk problem says nothing about the stack, and a runner may gain what it lacked: it is tried again on
-    every run until it gets a real answer)."""
+    the wanted checks that failed for infrastructure reasons (a network or disk problem says nothing about the
+    stack: tried again on every run). A check the runner could not install is kept while the cell's inputs and
+    the runner are what they were (`install_key`, recorded with the verdict); `redo` tries it again."""
     kept = {c.check: c for c in (earlier.checks if earlier else [])}
     for name in wanted:
-        if name in kept and (redo or kept[name].failure_class in ("infra", "install-runner")):
+        if name in kept and (redo or kept[name].failure_class == "infra"
+                             or (kept[name].failure_class == "install-runner"
+                                 and (install_key is None or _install_key(kept[name]) != install_key))):
             del kept[name]
     return kept
+
+
+def _install_key(result: CheckResult) -> str | None:
+    install = result.metrics.get("install")
+    return install.get("key") if isinstance(install, dict) else None
 
 
 def combine_checks(wanted, kept: dict[str, CheckResult], fresh) -> list[CheckResult]:

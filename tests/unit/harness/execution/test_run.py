@@ -3,6 +3,7 @@ in the matrix's; a cell waiting for its share of the budget is neither shown run
 see only the devices it holds."""
 import io
 import time
+from dataclasses import replace as dataclass_replace
 from types import SimpleNamespace
 
 from harness.execution import jobs
@@ -103,3 +104,44 @@ def test_a_cells_checks_see_only_the_devices_it_holds(monkeypatch, tmp_path):
     assert all(len(value.split(",")) == 2 for value in seen.values())
     assert set(seen["a"].split(",")) | set(seen["b"].split(",")) == {"4", "5", "6", "7"}
     assert opts.extra_env == {"KEEP": "1"}  # the run's own options are not changed
+
+
+def test_a_cell_this_runner_cannot_install_is_not_tried_again_until_its_inputs_or_the_runner_change(
+        monkeypatch, tmp_path):
+    """A runner limit (here: a constraint of the runner's pip cap) is kept by the next run, which then builds
+    nothing; a changed constraint file, a changed pin or --redo tries the install again."""
+    from harness import matrix
+    from harness.envs import cellenv
+    from harness.execution import cell as cell_module
+    from harness.execution import run as run_module
+    from harness.execution.cell import RunOptions
+
+    cap = tmp_path / "cap.txt"
+    cap.write_text("torch<2.15\n")
+    monkeypatch.setenv("UV_CONSTRAINT", str(cap))
+    (tmp_path / "m.toml").write_text('[matrix]\nname = "m"\nchecks = ["stack-smoke"]\n[axes]\nbackend = ["fsdp"]\n'
+                                     'model = ["text"]\ndevice = ["cpu"]\ntransformers = ["5.23.0"]\n'
+                                     'torch = ["2.15.0"]\n')
+    m = matrix.load(tmp_path / "m.toml")
+    builds = []
+
+    def build(*args, **kwargs):
+        builds.append(1)
+        raise cellenv.SetupFailed("`uv pip install` exited with status 1: No solution found when resolving "
+                                  "dependencies: Because you require torch==2.15.0 and torch<2.15, we can conclude "
+                                  "that your requirements are unsatisfiable.")
+
+    monkeypatch.setattr(cell_module.cellenv, "build", build)
+    opts = RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", retries=0, reuse=False,
+                      progress=Progress(1, stream=io.StringIO()))
+    first, = run_module.run_matrix(m, m.cells, opts)
+    assert first.checks[0].failure_class == "install-runner" and builds == [1]
+    run_module.run_matrix(m, m.cells, opts)
+    assert builds == [1]  # the same inputs on the same runner: kept, nothing built
+    run_module.run_matrix(m, m.cells, dataclass_replace(opts, redo=True))
+    assert builds == [1, 1]  # --redo tries it again
+    cap.write_text("torch<2.16\n")  # the runner changed
+    run_module.run_matrix(m, m.cells, opts)
+    assert builds == [1, 1, 1]
+    run_module.run_matrix(m, m.cells, opts)
+    assert builds == [1, 1, 1]
