@@ -51,6 +51,13 @@ CHECKS: dict[str, CheckSpec] = {
         CheckSpec("offload-regression", "harness.checks.offload_regression",
                   "text, VL and MoE models under FSDP2 CPU offload: a verdict per host tensor that meets device "
                   "compute, upstream and trainer", ("fsdp",)),
+        # (needs_accelerator: it runs the model with the cell's kernels, as patch-parity does)
+        CheckSpec("gate-precision", "harness.checks.gate_precision",
+                  "the Gated DeltaNet's A_log and dt_bias under FSDP2's bf16 policy: float32 or rounded, as stored and "
+                  "in the forward, upstream and trainer; what transformers keeps float32; the log-prob drift",
+                  ("fsdp",), timeout=300,
+                  verl="verl.utils.fsdp_utils.apply_fsdp2 with the policy of verl's FSDP engine (bf16 parameters, "
+                       "fp32 reduce): A_log and dt_bias in the forward"),
         CheckSpec("nested-chunking", "harness.checks.nested_chunking",
                   "jagged mRoPE position ids survive micro-batch chunking", ("fsdp", "megatron"),
                   needs_accelerator=False),  # its tensors stay on the CPU on every device
@@ -85,6 +92,7 @@ VERDICTS: dict[str, tuple[str, ...]] = {
     "bridge-parity": ("*-tp[0-9]*", "*-ep[0-9]*", "packed-gdn"),
     "grpo-convergence": ("threshold", "gain", "band"),
     "vllm-chat-parity": ("tool-calls", "tool-calls-malformed", "chat-rendering"),
+    "gate-precision": ("upstream", "trainer", "upstream/load", "verl:fsdp2-policy"),
 }
 
 
