@@ -62,6 +62,13 @@ CHECKS: dict[str, CheckSpec] = {
                   verl="the model set up by verl's apply_fsdp2 and fsdp2_load_full_state_dict with CPU offload and "
                        "verl's apply_monkey_patch (its fast_pos_embed_interpolate), stepped through its FSDP engine: "
                        "real FSDP2 ranks, and the strict device emulation fed with verl's units and buffer placement"),
+        # (needs_accelerator: it runs the model with the cell's kernels, as patch-parity does)
+        CheckSpec("gate-precision", "harness.checks.gate_precision",
+                  "the Gated DeltaNet's A_log and dt_bias under FSDP2's bf16 policy: float32 or rounded, as stored and "
+                  "in the forward, upstream and trainer; what transformers keeps float32; the log-prob drift",
+                  ("fsdp",), timeout=300,
+                  verl="verl.utils.fsdp_utils.apply_fsdp2 with the policy of verl's FSDP engine (bf16 parameters, "
+                       "fp32 reduce): A_log and dt_bias in the forward"),
         CheckSpec("nested-chunking", "harness.checks.nested_chunking",
                   "jagged mRoPE position ids survive micro-batch chunking", ("fsdp", "megatron"),
                   needs_accelerator=False),  # its tensors stay on the CPU on every device
@@ -109,6 +116,7 @@ VERDICTS: dict[str, tuple[str, ...]] = {
     "vllm-chat-parity": ("tool-calls", "tool-calls-malformed", "chat-rendering"),
     "verl-tests": ("tests/*.py",),  # one of verl's own test files
     "multi-turn-tokens": ("trainer/*", "verl:multi-turn-tokens/*"),
+    "gate-precision": ("upstream", "trainer", "upstream/load", "verl:fsdp2-policy"),
 }
 # In a verl row, a check with a verl counterpart also gives `verl:` verdicts (support/verl.py).
 for _name in ("patch-parity", "offload-regression", "nested-chunking", "grpo-convergence", "launch-plans",

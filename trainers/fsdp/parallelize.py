@@ -1,6 +1,7 @@
 """All FSDP2 sharding decisions, in one function and a fixed order (as torchtitan does):
-gradient checkpointing, then `fully_shard` on each embedding, each transformer block,
-and finally the root, with one mixed-precision and one offload policy for all of them.
+gradient checkpointing, then `fully_shard` on each embedding, each module that owns a parameter kept in
+float32, each transformer block, and finally the root, with one offload policy for all of them and one
+mixed-precision policy (bf16 parameters, fp32 reduce) for all but the float32 units.
 
 Whether to shard at all is decided here too (`should_shard`): one rank without offload has
 nothing to shard and nothing to move, so by default the model stays a plain module there, as
@@ -34,6 +35,26 @@ def embedding_units(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, nn.Embedding)]
 
 
+# Parameters a bf16 policy must not round: the Gated DeltaNet's A_log, exponentiated into the decay its
+# recurrence compounds over the sequence, and dt_bias, added to the time step before the softplus (NeMo
+# Automodel #2484, #1869; vLLM and SGLang keep A_log in float32 too). FSDP2 chooses a dtype per unit and these are
+# parameters of the linear-attention mixer itself, so the mixer becomes a unit of its own that keeps float32: its
+# inputs are cast to float32 and its output back to bf16. Its projections and conv compute in float32 too: a unit
+# of the two gates alone would need the mixer's children in units of their own, and the mixer reads its conv1d's
+# weight without calling conv1d (where causal-conv1d is installed, and from transformers 5.16 without it), so a
+# unit of conv1d's would never be gathered.
+FP32_PARAMETERS = ("A_log", "dt_bias")
+BF16_POLICY = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+FP32_POLICY = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32,
+                                   output_dtype=torch.bfloat16)
+
+
+def fp32_units(model: nn.Module) -> list[nn.Module]:
+    """The modules that own one of FP32_PARAMETERS directly (Qwen3.5's Gated DeltaNet mixers)."""
+    return [module for module in model.modules()
+            if any(name in FP32_PARAMETERS for name, _ in module.named_parameters(recurse=False))]
+
+
 SHARD_POLICIES = ("auto", "always")
 
 
@@ -59,11 +80,14 @@ def parallelize(model: nn.Module, plan: DevicePlan, *, mesh=None, offload: bool 
         # Pinned host memory needs an accelerator: CPUOffloadPolicy() fails at fully_shard without one.
         "offload_policy": CPUOffloadPolicy(pin_memory=plan.pin_memory) if offload else OffloadPolicy(),
     }
-    if plan.mixed_precision:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     blocks = block_classes(model)  # before any wrapping: a model we cannot split is left untouched
+    if plan.mixed_precision:
+        kwargs["mp_policy"] = BF16_POLICY
     for embedding in embedding_units(model):
         fully_shard(embedding, **kwargs)
+    if plan.mixed_precision:  # inside their blocks, so before them
+        for unit in fp32_units(model):
+            fully_shard(unit, **{**kwargs, "mp_policy": FP32_POLICY})
     for module in model.modules():
         if type(module).__name__ in blocks:
             fully_shard(module, **kwargs)

@@ -70,7 +70,7 @@ def test_the_registry_decides_what_runs_on_cpu():
         "nested-chunking", "vllm-chat-parity", "launch-plans", "multi-turn-tokens"}
     assert planned["patch-parity"] == sources.PART
     assert {name for name, mark in planned.items() if mark == sources.AWAITS} == {
-        "stack-smoke", "offload-regression", "grpo-convergence", "vllm-rollout"}
+        "stack-smoke", "offload-regression", "gate-precision", "grpo-convergence", "vllm-rollout"}
     # The slice: one cell per vLLM release, chosen by the matrix's tag.
     releases = [c.axes["vllm"] for c in matrix.load(Path("matrices/cuda.toml")).select(tags=["cpu-side"])]
     assert sorted(releases) == ["0.32.0", "0.33.0"]

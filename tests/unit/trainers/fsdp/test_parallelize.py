@@ -1,5 +1,6 @@
 """trainers.fsdp.parallelize: which modules become FSDP2 units for the text, vl and MoE models,
-gradient checkpointing, the error for a model that names no blocks, and the one-rank sharding decision.
+gradient checkpointing, the error for a model that names no blocks, the one-rank sharding decision, and the
+float32 units of the bf16 policy (the Gated DeltaNet mixers, whose A_log and dt_bias must not be rounded).
 
 Runs in this process on a one-rank gloo group with `shard="always"`, so fully_shard really wraps
 the modules (one rank is otherwise left unsharded). The expected unit names are written out
@@ -16,6 +17,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from trainers.fsdp.parallelize import parallelize, should_shard
 from trainers.models import Qwen35Unavailable, build_model
+from trainers.runtime.device import DevicePlan
 from trainers.runtime.device import plan as device_plan
 
 LAYERS = range(4)  # the zoo's models have 4 decoder layers (and 2 vision blocks)
@@ -26,6 +28,11 @@ EXPECTED_UNITS = {
     "vl": {"", "model.visual.pos_embed", "model.visual.blocks.0", "model.visual.blocks.1",
            "model.language_model.embed_tokens", *(f"model.language_model.layers.{i}" for i in LAYERS)},
 }
+# Under the bf16 policy, the linear-attention mixers of layers 0-2 (layer 3 is full attention) are units too.
+MIXERS = {"text": {f"model.layers.{i}.linear_attn" for i in range(3)},
+          "moe": {f"model.layers.{i}.linear_attn" for i in range(3)},
+          "vl": {f"model.language_model.layers.{i}.linear_attn" for i in range(3)}}
+MIXED = DevicePlan("cpu", "gloo", pin_memory=False, mixed_precision=True)  # the accelerators' policy, on CPU
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -135,3 +142,61 @@ def test_one_rank_without_offload_is_not_sharded_unless_asked(world, offload, po
 def test_unknown_shard_policy_is_an_error():
     with pytest.raises(ValueError, match="shard policy"):
         should_shard(1, False, "sometimes")
+
+
+def _dtypes_in_forward(model, names: dict[str, str]) -> dict[str, torch.dtype]:
+    """The dtype of each named parameter at the start of its owner's forward (after FSDP2 gathered it), and of
+    each mixer's output; `names` maps a label to a parameter's qualified name."""
+    seen: dict[str, torch.dtype] = {}
+
+    def record(label: str, dtype: torch.dtype) -> None:  # a hook that returns a value would replace the inputs
+        seen.setdefault(label, dtype)
+
+    for label, name in names.items():
+        owner, _, param = name.rpartition(".")
+        module = model.get_submodule(owner)
+        module.register_forward_pre_hook(lambda m, _, label=label, param=param: record(label, getattr(m, param).dtype))
+        if label == "A_log":
+            module.register_forward_hook(lambda m, _, out: record("mixer output", out.dtype))
+    return seen
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED_UNITS))
+def test_the_bf16_policy_keeps_the_gated_deltanet_mixers_in_float32(kind):
+    model = _model(kind)
+    parallelize(model, MIXED, world_size=1, shard="always")
+    assert _units(model) == EXPECTED_UNITS[kind] | MIXERS[kind]
+    # stored (what the optimizer steps on) as built, in float32 (read before a forward: the root stays gathered)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    layers = "model.language_model.layers" if kind == "vl" else "model.layers"
+    seen = _dtypes_in_forward(model, {"A_log": f"{layers}.0.linear_attn.A_log",
+                                      "dt_bias": f"{layers}.0.linear_attn.dt_bias",
+                                      "full attention": f"{layers}.3.self_attn.q_proj.weight",
+                                      "mlp": f"{layers}.0.mlp.gate_proj.weight" if kind != "moe" else
+                                      f"{layers}.0.mlp.shared_expert.gate_proj.weight"})
+    ids = torch.randint(3, 100, (2, 12), generator=torch.Generator().manual_seed(0))
+    model(input_ids=ids, use_cache=False)
+    assert seen == {"A_log": torch.float32, "dt_bias": torch.float32, "mixer output": torch.bfloat16,
+                    "full attention": torch.bfloat16, "mlp": torch.bfloat16}
+
+
+def test_the_cpu_plan_keeps_no_float32_units():
+    model = _model("text")
+    _shard(model)  # the CPU plan trains in float32: no mixed precision, no extra units
+    assert _units(model) == EXPECTED_UNITS["text"]
+
+
+@pytest.mark.parametrize("gradient_checkpointing", [False, True])
+def test_float32_mixers_train_under_the_bf16_policy(gradient_checkpointing):
+    model = _model("text")
+    model.train()
+    reference = {name: p.detach().clone() for name, p in model.named_parameters()}
+    parallelize(model, MIXED, world_size=1, shard="always", gradient_checkpointing=gradient_checkpointing)
+    ids = torch.randint(3, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+    grads = {name: p.grad.full_tensor() for name, p in model.named_parameters()}
+    assert grads.keys() == reference.keys()
+    for name, grad in grads.items():
+        assert grad.dtype == torch.float32 and bool(torch.isfinite(grad).all()), name
+    gates = [f"model.layers.{i}.linear_attn.{gate}" for i in range(3) for gate in ("A_log", "dt_bias")]
+    assert all(grads[name].abs().sum() > 0 for name in gates)
