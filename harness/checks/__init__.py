@@ -83,7 +83,7 @@ CHECKS: dict[str, CheckSpec] = {
                   "transformers and vLLM rules, with memory per device", needs_accelerator=False),
         CheckSpec("vllm-rollout", "harness.checks.vllm_rollout",
                   "the cell's vLLM loads Qwen3.5; its log-probs and greedy tokens match the trainer's, also after a "
-                  "GRPO update and a weight sync", timeout=900),
+                  "GRPO update and a weight sync, and after sleep and wake", timeout=900),
         CheckSpec("vllm-chat-parity", "harness.checks.vllm_chat_parity",
                   "the trainer's tool-call parser and chat rendering agree with vLLM's parser and vLLM's own chat "
                   "path, token for token", timeout=300, needs_accelerator=False),

@@ -188,7 +188,12 @@ def _good_and_broken(monkeypatch, kind: str, broken_sync, good_sync=None):
 @needs_vllm
 def test_rollout_check_passes_and_a_broken_weight_sync_fails(monkeypatch):
     good, broken = _good_and_broken(monkeypatch, "text", lambda rollout, policy, before: None)
-    assert {v.name for v in good.verdicts} == {"text/load", "text/logprobs", "text/greedy", "text/weight-sync"}
+    assert {v.name for v in good.verdicts} == {"text/load", "text/logprobs", "text/greedy", "text/weight-sync",
+                                               "text/sleep-wake", "text/sleep-greedy"}
+    for name in ("text/sleep-wake", "text/sleep-greedy"):  # vLLM on a CPU has no sleep mode: a skip, never a pass
+        verdict = _verdict(good, name)
+        assert verdict.status is Status.SKIP and verdict.message.startswith("needs an accelerator: vLLM's CpuPlatform")
+        assert "is_sleep_mode_available() is False (vllm/platforms/interface.py:" in verdict.message, verdict.message
     verdict = _verdict(broken, "text/weight-sync")
     assert verdict.status is Status.FAIL and verdict.metrics["max_abs_error"] > vllm_rollout.TOLERANCE["bfloat16"]
     assert _verdict(broken, "text/logprobs").status is Status.PASS  # only the sync verdict sees it

@@ -73,6 +73,16 @@ class VLLMRollout:
         # Prefix-cached KV (and Gated DeltaNet state) blocks were computed by the old weights.
         self.llm.reset_prefix_cache()
 
+    def sleep(self, level: int = 1) -> None:
+        """vLLM's sleep mode (an engine started with `enable_sleep_mode`): level 1 moves the weights to the host and
+        drops the KV cache, the Gated DeltaNet states with it; level 2 drops the weights too."""
+        self.llm.sleep(level=level)
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Back from sleep: the "weights" first (a sync then loads new ones into them), then the "kv_cache"; None:
+        everything at once."""
+        self.llm.wake_up(tags)
+
     def held_fingerprint(self) -> str:
         """The fingerprint of the final norm weight the workers hold now (trainers/rollout/fingerprint.py: the
         one tensor they keep in the checkpoint's layout). Workers that disagree give a string no state matches."""

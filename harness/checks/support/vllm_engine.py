@@ -80,3 +80,55 @@ def prepare_environment() -> None:
     instead of twice per engine: start_engine asks VLLMRollout for that.)"""
     for name, value in ENGINE_ENV.items():
         os.environ.setdefault(name, value)
+
+
+def sleep_mode_refusal() -> str | None:
+    """Why the installed vLLM has no sleep mode on this machine's platform, read from vLLM's own code (the platform's
+    `is_sleep_mode_available`, which vLLM's model config asks before it accepts `enable_sleep_mode`); None where
+    it has one. vLLM on a CPU answers False there, and its CPU worker's sleep and wake do nothing."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_sleep_mode_available():
+        return None
+    platform = type(current_platform)
+    answer = source_line(platform.is_sleep_mode_available, "return")
+    refusal = _marked_line("ModelConfig", "is_sleep_mode_available()")
+    return (f"vLLM's {platform.__name__} has no sleep mode: is_sleep_mode_available() is False ({answer})"
+            + (f", and the model config refuses enable_sleep_mode there ({refusal})" if refusal else ""))
+
+
+def source_line(function, marker: str) -> str:
+    """`path:line: text` of the last line of `function`'s source that starts with `marker`, the path from the
+    package's own folder on (vllm/platforms/interface.py); the function's first line without one."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(function)
+    found = [i for i, line in enumerate(lines) if line.strip().startswith(marker)] or [0]
+    return f"{_package_path(inspect.getsourcefile(function))}:{first + found[-1]}: {lines[found[-1]].strip()}"
+
+
+def _marked_line(class_name: str, marker: str) -> str | None:
+    """`path:line` of the first line of vLLM's `class_name` holding `marker`, or None (a release without it)."""
+    import inspect
+
+    from vllm import config
+
+    cls = getattr(config, class_name, None)
+    if cls is None:
+        return None
+    try:
+        lines, first = inspect.getsourcelines(cls)
+    except (OSError, TypeError):
+        return None
+    for offset, line in enumerate(lines):
+        if marker in line:
+            return f"{_package_path(inspect.getsourcefile(cls))}:{first + offset}"
+    return None
+
+
+def _package_path(path: str | None) -> str:
+    parts = (path or "?").replace("\\", "/").split("/")
+    for index in range(len(parts) - 1, -1, -1):
+        if parts[index] in ("vllm", "vllm_ascend"):
+            return "/".join(parts[index:])
+    return parts[-1]
