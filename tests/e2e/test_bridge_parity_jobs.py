@@ -60,6 +60,8 @@ def test_bridge_parity_passes_on_hybrid_and_moe_at_tp1_tp2_ep2(tmp_path):
         metrics = verdicts[name].metrics
         assert metrics["max_abs_logprob_error"] <= LOGPROB_ATOL and metrics["roundtrip_exact"], name
         assert metrics["max_rel_grad_error"] <= GRAD_RTOL and metrics["gated_delta_net_layers"] == 3, name
+    for name in ("text-hybrid-mtp-tp1", "vl-hybrid-mtp-tp2", "moe-hybrid-mtp-ep2"):  # MTP on, every job
+        assert verdicts[name].metrics["mtp_tensors"] > 0 and not verdicts[name].metrics["unwritten"], name
     assert verdicts["packed-gdn"].status == Status.PASS
     assert result.metrics["bridge"]
     if not result.metrics["fla_installed"]:  # the shim bound exactly FLA's two names (and TE's router gemm)
@@ -70,7 +72,8 @@ def test_bridge_parity_passes_on_hybrid_and_moe_at_tp1_tp2_ep2(tmp_path):
 BROKEN = {"gdn-head-order": ("tp1", "text-hybrid-tp1"), "expert-swap": ("ep2", "moe-hybrid-ep2"),
           "shim-l2norm": ("tp1", "text-hybrid-tp1"), "packed": ("tp1", "packed-gdn"),
           "grad-skip": ("tp2", "text-hybrid-tp2"), "qkv": ("tp2", "text-hybrid-tp2"),
-          "padding-row": ("tp1", "text-hybrid-tp1")}
+          "padding-row": ("tp1", "text-hybrid-tp1"), "mtp-drop": ("tp2", "vl-hybrid-mtp-tp2"),
+          "mtp-rename": ("ep2", "moe-hybrid-mtp-ep2")}
 
 
 @pytest.mark.slow
@@ -88,6 +91,10 @@ def test_bridge_parity_fails_on_each_broken_piece(tmp_path, broken):
     assert verdicts[verdict].status == Status.FAIL, verdicts[verdict].message
     if broken == "shim-l2norm":
         assert "l2norm" in verdicts[verdict].message  # megatron-core's own NameError
+    if broken.startswith("mtp-"):  # the tensor is named, and the MTP-off verdict of the same job still passes
+        assert ("mtp.pre_fc_norm_embedding.weight" if broken == "mtp-drop" else "mtp.norm.weight") in (
+            verdicts[verdict].message)
+        assert verdicts[verdict.replace("-mtp", "").replace("vl-", "text-")].status == Status.PASS
     if broken == "grad-skip":
         assert "gradient error" in verdicts[verdict].message and verdicts[verdict].metrics["roundtrip_exact"]
 

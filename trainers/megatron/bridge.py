@@ -76,9 +76,11 @@ def megatron_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def load_hf_into_megatron(model: torch.nn.Module, hf_state: dict, hf_config, tp: int = 1, rank: int = 0,
                           ep: int = 1, ep_rank: int = 0) -> None:
-    """Copy HF weights into a built GPTModel; every Megatron tensor must be covered."""
-    converted = mapping.hf_to_megatron(hf_state, hf_config, tp, rank, ep, ep_rank)
+    """Copy HF weights into a built GPTModel; every Megatron tensor must be covered, and every one converted
+    (MTP tensors included) must have a place in the model."""
     own = megatron_state(model)
+    converted = mapping.hf_to_megatron(hf_state, hf_config, tp, rank, ep, ep_rank,
+                                       mtp_layer=mapping.mtp_layer_name(own))
     missing, unexpected = sorted(set(own) - set(converted)), sorted(set(converted) - set(own))
     if missing or unexpected:
         raise KeyError(f"mapping does not cover the Megatron model: missing {missing}, unexpected {unexpected}")
@@ -89,8 +91,10 @@ def load_hf_into_megatron(model: torch.nn.Module, hf_state: dict, hf_config, tp:
             tensor.copy_(converted[name])
 
 
-def gather_hf_state(model: torch.nn.Module, hf_config, local: dict | None = None) -> dict[str, torch.Tensor]:
-    """Every model-parallel rank's shard gathered into one full HF state dict (on every rank).
+def gather_hf_state(model: torch.nn.Module, hf_config, local: dict | None = None,
+                    like=None) -> dict[str, torch.Tensor]:
+    """Every model-parallel rank's shard gathered into one full HF state dict (on every rank); routed experts
+    stacked or one by one as the HF names `like` hold them (mapping.megatron_to_hf).
 
     Ranks exchange their local tensors with their (tensor, expert) parallel coordinates; data-
     parallel replicas hold the same tensors, so the first rank found per coordinate is used.
@@ -100,7 +104,7 @@ def gather_hf_state(model: torch.nn.Module, hf_config, local: dict | None = None
 
     local = {k: v.detach().cpu() for k, v in (local if local is not None else megatron_state(model)).items()}
     if not dist.is_initialized() or dist.get_world_size() == 1:
-        return mapping.megatron_to_hf([[local]], hf_config)
+        return mapping.megatron_to_hf([[local]], hf_config, like)
     from megatron.core import parallel_state as ps
 
     tp, ep = ps.get_tensor_model_parallel_world_size(), ps.get_expert_model_parallel_world_size()
@@ -111,4 +115,4 @@ def gather_hf_state(model: torch.nn.Module, hf_config, local: dict | None = None
     for (ep_rank, tp_rank), state in everyone:
         if shards[ep_rank][tp_rank] is None:
             shards[ep_rank][tp_rank] = state
-    return mapping.megatron_to_hf(shards, hf_config)
+    return mapping.megatron_to_hf(shards, hf_config, like)

@@ -10,6 +10,8 @@ The MLP is a dense SwiGLU for Qwen3.5 and megatron-core's `MoELayer` for Qwen3.5
 SequentialMLP local experts: no grouped GEMM, SharedExpertMLP with its sigmoid gate).
 Norms: Qwen3.5's decoder norms are zero-centred, `x * (1 + w)`, which megatron's torch norm refuses
 (`ZeroCenteredRMSNorm`); its gated DeltaNet norm is a plain RMSNorm, `x * w` (`GatedRMSNorm`).
+The MTP block (`mtp_block_spec`, where a checkpoint's MTP layers are loaded): megatron-core's own
+MultiTokenPredictionLayer around a full-attention layer spec, its norms zero-centred as HF's MTP norms are.
 """
 from __future__ import annotations
 
@@ -119,3 +121,17 @@ def block_spec(kinds: list[str], num_experts: int | None = None):
 
     return TransformerBlockSubmodules(layer_specs=[layer_spec(kind, num_experts) for kind in kinds],
                                       layer_norm=ZeroCenteredRMSNorm)
+
+
+def mtp_block_spec(config, num_experts: int | None = None):
+    """megatron-core's MTP block for `config.mtp_num_layers` layers, each a full-attention decoder layer (the
+    MLP dense or MoE as the decoder's) between zero-centred norms and a local column-parallel `eh_proj`."""
+    from megatron.core.models.backends import LocalSpecProvider
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec_for_backend
+
+    class ZeroCenteredNorms(LocalSpecProvider):
+        def layer_norm(self, rms_norm: bool = False, for_qk: bool = False, **_unused) -> type:
+            return ZeroCenteredRMSNorm
+
+    return get_gpt_mtp_block_spec_for_backend(config, layer_spec("full_attention", num_experts),
+                                              backend=ZeroCenteredNorms())

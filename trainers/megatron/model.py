@@ -21,7 +21,7 @@ from trainers.errors import TrainerUnavailable
 
 from .config import ParallelSizes
 from .kernel_shim import fla_available
-from .layer_specs import block_spec
+from .layer_specs import block_spec, mtp_block_spec
 
 
 def layer_kinds(hf_config) -> list[str]:
@@ -108,9 +108,11 @@ def transformer_config(hf_config, sizes: ParallelSizes, dtype=torch.float32, **e
     )
 
 
-def build_from_spec(config, hf_config, block_spec, pre_process: bool = True, post_process: bool = True):
+def build_from_spec(config, hf_config, block_spec, pre_process: bool = True, post_process: bool = True,
+                    mtp_block_spec=None):
     """The GPTModel for a config and block spec; `pre_process`/`post_process`: this pipeline stage
-    holds the embedding / the final norm and output layer (the first / last stage)."""
+    holds the embedding / the final norm and output layer (the first / last stage); `mtp_block_spec`: its MTP
+    block (None: none)."""
     from megatron.core.models.gpt import GPTModel
 
     partial, theta = _rope(hf_config)
@@ -118,13 +120,17 @@ def build_from_spec(config, hf_config, block_spec, pre_process: bool = True, pos
                     max_sequence_length=hf_config.max_position_embeddings, parallel_output=False,
                     share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings),
                     position_embedding_type="rope", rotary_percent=partial, rotary_base=theta,
-                    pre_process=pre_process, post_process=post_process)
+                    pre_process=pre_process, post_process=post_process, mtp_block_spec=mtp_block_spec)
 
 
-def build_gpt_model(hf_config, sizes: ParallelSizes, dtype=torch.float32):
-    """The GPTModel for `layer_types` (and the MoE keys): megatron-core's own layers, one spec each."""
-    config = transformer_config(hf_config, sizes, dtype)
-    return build_from_spec(config, hf_config, block_spec(layer_kinds(hf_config), num_experts(hf_config)))
+def build_gpt_model(hf_config, sizes: ParallelSizes, dtype=torch.float32, mtp_layers: int = 0):
+    """The GPTModel for `layer_types` (and the MoE keys): megatron-core's own layers, one spec each; with
+    `mtp_layers`, megatron-core's MTP block of that many layers (to hold a checkpoint's `mtp.*` tensors: its
+    forward then wants labels, which megatron_logits does not pass)."""
+    config = transformer_config(hf_config, sizes, dtype, **({"mtp_num_layers": mtp_layers} if mtp_layers else {}))
+    mtp = mtp_block_spec(config, num_experts(hf_config)) if mtp_layers else None
+    return build_from_spec(config, hf_config, block_spec(layer_kinds(hf_config), num_experts(hf_config)),
+                           mtp_block_spec=mtp)
 
 
 def padded_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,13 @@ the probe asks it again outside that mode (packed.py) and the verdict says which
 emulated there, every comparison but one runs megatron-core's own torch rule on both sides, so the packed
 output is also held to transformers' GatedDeltaNet on the same weights, each sequence alone; that verdict
 is marked emulated, and fails without the reference.
+MTP on (mtp.py): in every job each hybrid case also saves its model, and the text case the zoo's VL model, as
+a checkpoint carrying one MTP layer as released Qwen3.5 checkpoints lay it out (top-level `mtp.*`,
+trainers/mtp.py), converts it HF -> Megatron (megatron-core's MTP block) -> HF through the project mapping on
+the job's ranks, and holds every tensor, MTP included, to the checkpoint bit for bit under its released name:
+`<model>-mtp-<job>` (text-hybrid, vl-hybrid, moe-hybrid) fails naming each tensor unwritten, renamed or
+different; the verdicts above are MTP off. A VL checkpoint's vision tower is outside the project mapping
+(counted in the verdict, not compared).
 `text-full-attention-tp1` (every layer full attention) is an extra comparison, not the Megatron
 verdict. Each verdict names the bridge that converted the weights (message and metrics). The worst error
 of every comparison is NaN where any is, and a non-finite gradient fails its verdict.
@@ -50,7 +57,7 @@ import time
 from pathlib import Path
 
 from harness.checks import CheckOptions
-from harness.checks.bridge_parity import megatron_bridge
+from harness.checks.bridge_parity import megatron_bridge, mtp
 from harness.checks.support.ranks import start_torchrun, stop_torchrun, torchrun_command, wait_torchrun
 from harness.results.records import CheckResult, Status, Verdict
 from trainers.worst import worst
@@ -136,6 +143,20 @@ def parity_verdict(name: str, data: dict | None, log: Path) -> Verdict:
         return Verdict(name, Status.FAIL, f"bridge {data.get('bridge')}: " + "; ".join(problems), metrics=metrics)
     return Verdict(name, Status.PASS, f"bridge {data.get('bridge')}: log-prob error {error:.2g} <= {LOGPROB_ATOL}; "
                    f"gradients within {grad:.2g} <= {GRAD_RTOL}; round trip bitwise exact", metrics=metrics)
+
+
+def project_verdicts(job: str, results: dict, work: Path) -> list[Verdict]:
+    """The project mapping's verdicts of one job: per model MTP off (`<model>-<job>`) and, for the hybrid cases,
+    MTP on (`<model>-mtp-<job>`, the VL model's beside the text model's: mtp.py)."""
+    tp, ep, cases = JOBS[job]
+    out = []
+    for case in cases.split(","):
+        data = results.get(case)
+        out.append(parity_verdict(f"{case}-{job}", data, work / f"{job}.log"))
+        for model in mtp.MODELS.get(case, ()):
+            out.append(mtp.verdict(f"{model}-mtp-{job}", ((data or {}).get("mtp") or {}).get(model),
+                                   mtp.PROJECT_MAPPING, tp, ep))
+    return out
 
 
 def packed_verdict(data: dict | None) -> Verdict:
@@ -230,8 +251,7 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
         results[job], launchers[job] = _run_job(job, options, work, broken,
                                                 max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
     project_jobs = [job for job in jobs if job not in megatron_bridge.JOBS]
-    verdicts = [parity_verdict(f"{case}-{job}", results[job].get(case), work / f"{job}.log")
-                for job in project_jobs for case in JOBS[job][2].split(",")]
+    verdicts = [verdict for job in project_jobs for verdict in project_verdicts(job, results[job], work)]
     if "tp1" in jobs:
         verdicts.append(packed_verdict(results["tp1"].get("text-hybrid")))
     for job in (job for job in jobs if job in megatron_bridge.JOBS):

@@ -7,15 +7,21 @@ Per case (model kind + variant), on every rank of a job (ranks.py runs it):
   trainer reduces them (grads.py, each data-parallel rank taking its share of the rows),
   gathered into HF layout by the same mapping, and compared with HF's, parameter by parameter;
 - packed sequences (cases with Gated DeltaNet): megatron-core's GDN called with THD input (packed.py), and
-  held to transformers' own GatedDeltaNet on the same weights, each sequence alone (`hf_reference`).
+  held to transformers' own GatedDeltaNet on the same weights, each sequence alone (`hf_reference`);
+- MTP on (hybrid cases): the same HF model saved with its MTP layer, round-tripped through a GPTModel with
+  megatron-core's MTP block (mtp.py), recorded under `mtp`; everything above is MTP off.
 `break_mapping` makes the mapping wrong on purpose (PROJECT_BREAKS), so tests can watch the verdicts fail.
 `batch` and `next_token_logprobs` are shared with library.py, Megatron-Bridge's own bridge on the same batch.
 """
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
-PROJECT_BREAKS = ("gdn-head-order", "expert-swap", "qkv", "shim-l2norm", "grad-skip", "padding-row", "packed")
+from .mtp import MTP_BREAKS, break_export, project_models
+
+PROJECT_BREAKS = ("gdn-head-order", "expert-swap", "qkv", "shim-l2norm", "grad-skip", "padding-row", "packed",
+                  *MTP_BREAKS)
 GDN_PARAMETERS = ("A_log", "dt_bias", "conv1d", "out_norm")
 
 
@@ -48,7 +54,9 @@ def break_mapping(kind: str) -> None:
 
     from trainers.megatron import mapping
 
-    if kind == "gdn-head-order":  # value heads in reverse order: a wrong head ordering of the fused in_proj
+    if kind in MTP_BREAKS:
+        break_export(kind)
+    elif kind == "gdn-head-order":  # value heads in reverse order: a wrong head ordering of the fused in_proj
         right = mapping.fuse_gdn_in_proj
 
         def reversed_heads(qkv, z, b, a, c, tp, rank):
@@ -78,8 +86,9 @@ def break_mapping(kind: str) -> None:
         mapping.fuse_qkv = query_gate_swapped
 
 
-def compare(kind: str, variant: str, sizes, seed: int, broken: str | None) -> dict:
-    """One case on this rank; raises what megatron-core raises (the caller records it)."""
+def compare(kind: str, variant: str, sizes, seed: int, broken: str | None, work: Path | None = None) -> dict:
+    """One case on this rank; raises what megatron-core raises (the caller records it). With `work` (a folder
+    for the MTP checkpoint), a hybrid case also runs MTP on (`out["mtp"]`, its own error kept there)."""
     import torch
     from megatron.core import parallel_state as ps
 
@@ -119,6 +128,8 @@ def compare(kind: str, variant: str, sizes, seed: int, broken: str | None) -> di
         reference, name = hf_reference(hf)
         out["packed"] = probe_packed_gdn(layers[0], ignore_boundaries=broken == "packed", reference=reference,
                                          reference_name=name)
+    if work is not None and variant == "hybrid":  # last: saving the checkpoint sets mtp_num_hidden_layers
+        out["mtp"] = project_models(kind, hf, sizes, seed, work / "mtp")
     out["seconds"] = round(time.perf_counter() - started, 3)
     return out
 

@@ -7,7 +7,8 @@ own bridge (library.py). `--break` makes one piece wrong on purpose, so tests ca
 gdn-head-order (value heads reversed in the fused in_proj), expert-swap (experts 0 and 1
 exchanged), qkv (query and gate rows exchanged), shim-l2norm (the kernel shim leaves out l2norm),
 grad-skip (GDN parameters' gradients not reduced), padding-row (the pad token's embedding row
-trained, unlike HF's padding_idx), packed (packed input without its boundaries); library.py's own (mb-...).
+trained, unlike HF's padding_idx), packed (packed input without its boundaries), mtp-drop and mtp-rename
+(mtp.py: an MTP tensor lost or renamed by the export); library.py's own (mb-...).
 """
 from __future__ import annotations
 
@@ -51,13 +52,13 @@ def run_cases(args) -> dict:
     cases = args.cases.split(",")
     try:
         library_cases = [c[len(LIBRARY_PREFIX):] for c in cases if c.startswith(LIBRARY_PREFIX)]
+        work = Path(args.out).with_suffix("")  # the job's own folder beside its result file
         if library_cases:
-            work = Path(args.out).with_suffix("")  # the job's own folder beside its result file
             results.update(library.run(library_cases, args.seed, args.broken, work, on_cpu=plan.type == "cpu"))
         for case in (c for c in cases if not c.startswith(LIBRARY_PREFIX)):
             kind, variant = case.split("-", 1)
             try:
-                results[case] = compare(kind, variant, sizes, args.seed, args.broken)
+                results[case] = compare(kind, variant, sizes, args.seed, args.broken, work)
             except Exception as exc:  # megatron-core's own error is the finding
                 traceback.print_exc()
                 results[case] = {"model": kind, "variant": variant, "tp": sizes.tp, "ep": sizes.ep,

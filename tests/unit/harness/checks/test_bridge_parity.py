@@ -87,3 +87,22 @@ def test_the_check_command_refuses_a_bad_max_ranks_with_exit_status_2(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].endswith("--max-ranks: expected a whole number of ranks, at least 1, "
                                                          "got 0")
+
+
+def test_each_hybrid_case_has_its_mtp_on_verdicts_and_a_lost_one_fails(tmp_path):
+    passed = {"compared": 71, "mtp_tensors": 15, "unwritten": [], "renamed": [], "differs": []}
+    results = {"text-hybrid": {**PROJECT, "mtp": {"text-hybrid": passed}},  # the VL round trip left no record
+               "moe-hybrid": {**PROJECT, "mtp": {"moe-hybrid": {**passed, "unwritten": ["mtp.fc.weight"]}}}}
+    verdicts = {v.name: v for v in bridge_parity.project_verdicts("tp2", results, tmp_path)}
+    assert set(verdicts) == {"text-hybrid-tp2", "text-hybrid-mtp-tp2", "vl-hybrid-mtp-tp2", "moe-hybrid-tp2",
+                             "moe-hybrid-mtp-tp2"}  # MTP off and on
+    assert verdicts["text-hybrid-mtp-tp2"].status == Status.PASS and verdicts["text-hybrid-tp2"].status == Status.PASS
+    assert verdicts["text-hybrid-mtp-tp2"].metrics["bridge"] == "project-mapping"
+    assert verdicts["vl-hybrid-mtp-tp2"].status == Status.FAIL
+    assert "unwritten ['mtp.fc.weight']" in verdicts["moe-hybrid-mtp-tp2"].message
+
+
+def test_the_mtp_verdicts_name_the_project_mapping_as_the_trainer_does():
+    from trainers.megatron.bridge import PROJECT_MAPPING
+
+    assert bridge_parity.mtp.PROJECT_MAPPING == PROJECT_MAPPING
