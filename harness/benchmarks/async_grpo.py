@@ -28,6 +28,8 @@ from harness.benchmarks.grpo import THREAD_ENV, StepClock, run_capped, summarise
 from harness.checks.grpo_convergence.references import reference_path
 from harness.results.records import write_json_atomic
 
+from . import provenance
+
 OVERLAP_KEYS = ("overlap_fraction", "rollout_busy_fraction", "update_busy_fraction")
 
 
@@ -91,6 +93,7 @@ def benchmark(args: argparse.Namespace) -> dict:
             print(f"{name} seed {seed}: threshold step {figures['threshold_step']}, "
                   f"{figures['seconds_to_threshold']} s, overlap {figures.get('overlap_fraction')}", flush=True)
     return {"what": "GRPO wall time to the reward threshold: sync vs fully-async (trainers.fsdp, 1 process)",
+            **provenance.stamp(),
             "settings": {**reference["trainer_args"], "steps": args.steps, "seeds": args.seeds,
                          "threshold": reference["threshold"], "window": reference["final_window"]},
             "load_average": {"before": list(load_before), "after": list(os.getloadavg()), "cores": os.cpu_count()},

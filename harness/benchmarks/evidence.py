@@ -110,8 +110,9 @@ def _checked(record: Any, where: str) -> tuple[dict, dict]:
     for key in ("reason", "date"):
         if record.get(key) is not None and not isinstance(record[key], str):
             raise InputError(f"{where}: {key}: expected text, got {record[key]!r:.80}")
-    if figures.get("date") is not None and not isinstance(figures["date"], str):
-        raise InputError(f"{where}: figures.date: expected a date as text, got {figures['date']!r:.40}")
+    for key, what in (("date", "a date"), ("harness_revision", "a git revision")):
+        if figures.get(key) is not None and not isinstance(figures[key], str):
+            raise InputError(f"{where}: figures.{key}: expected {what} as text, got {figures[key]!r:.40}")
     bad = _non_finite(record, "record")
     if bad:
         raise InputError(f"{where}: {bad.removeprefix('record.')}: not a finite number")
@@ -126,8 +127,9 @@ def _checked(record: Any, where: str) -> tuple[dict, dict]:
 
 def evidence_figures(results: Path) -> dict:
     """An offline evidence run's GRPO-against-TRL record (RESULTS/benchmarks/grpo-vs-trl.json, written on the box)
-    as a figures.json group: its figures with the date and the machine (GPU, driver, torch) it was measured on, or
-    the reason it did not run. InputError (exit 2) naming the file and the field for anything else."""
+    as a figures.json group: its figures with the date, the machine (GPU, driver, torch) and the revision (the
+    box's; null when the box could not say, never this checkout's) it was measured with, or the reason it did not
+    run. InputError (exit 2) naming the file and the field for anything else."""
     path = Path(results) / RECORD
     where = f"--from-evidence {results}: {RECORD}"
     if not path.is_file():
@@ -140,4 +142,5 @@ def evidence_figures(results: Path) -> dict:
                                           device.get("torch") and f"torch {device['torch']}") if part)
     return {**figures, "status": record["status"], "reason": record.get("reason"),
             "date": figures.get("date", record.get("date")), "machine": machine or "unknown",
+            "harness_revision": figures.get("harness_revision"),
             "source": f"{path.parent.parent.name}/{RECORD}"}

@@ -29,7 +29,6 @@ evidence run does (harness.offline.benchmarks).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -44,6 +43,8 @@ from harness.checks.grpo_convergence.references import reference_path
 from harness.envs import cellenv, envinfo
 from harness.offline.benchmarks import TRL_VERSION
 from harness.results.records import write_json_atomic
+
+from . import provenance
 
 PINNED = ("torch", "transformers", "tensordict")  # copied from this environment into TRL's
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -209,6 +210,16 @@ def compare(ours: list[dict], trl: list[dict]) -> dict:
     return out
 
 
+def runs_of_one_revision(earlier, latest: dict) -> list[dict]:
+    """Every run's summary on the revision that produced `latest` (figures.json's `grpo_vs_trl_repeats`), each
+    with its date, machine and revision: the runs before it on that revision, then it. A run on another revision,
+    or on none recorded, is not compared with it (git keeps the file's earlier lists)."""
+    revision = latest.get("harness_revision")
+    kept = [run for run in earlier if isinstance(run, dict) and revision and run.get("harness_revision") == revision] \
+        if isinstance(earlier, list) else []
+    return [*kept, {key: latest.get(key) for key in (*provenance.STAMP_KEYS, "load_average", "summary")}]
+
+
 def benchmark(args: argparse.Namespace) -> dict:
     reference = json.loads(reference_path("fsdp", "text").read_text(encoding="utf-8"))
     work = args.out.resolve().parent
@@ -231,7 +242,7 @@ def benchmark(args: argparse.Namespace) -> dict:
     on = "1 CPU thread" if args.device == "cpu" else f"{args.device} ({', '.join(info.get('devices') or []) or '?'})"
     return {
         "what": f"GRPO time to the reward threshold: ours (trainers.fsdp, 1 process) vs TRL GRPOTrainer, {on}",
-        "date": datetime.date.today().isoformat(),
+        **provenance.stamp(),  # the date, this machine and the revision that produced the figures
         "device": {"type": args.device, **{k: info.get(k) for k in ("devices", "driver", "torch", "cuda", "cpu")}},
         "here": bool(args.here),
         "settings": {**reference["trainer_args"], "steps": args.steps, "seeds": seeds, "model": "text",

@@ -16,7 +16,6 @@ A flag the harness does not have is left out and named under "harness_lacks", no
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import shutil
 import subprocess
@@ -27,14 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import matrix as matrices
-from harness.envs import cellenv, envinfo, interpreters
+from harness.envs import cellenv, interpreters
 from harness.envs.cellenv import die_with_parent
 from harness.errors import HarnessError, InputError
 from harness.matrix.newest import resolve_cells
 from harness.results import verdict_diff
 from harness.results.records import write_json_atomic
 
-from . import phases
+from . import phases, provenance
 
 ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 SERIAL_FLAGS = (("--no-reuse",), ("--no-fork",), ("--jobs", "1"))
@@ -71,12 +70,6 @@ def usable_flags(wanted: tuple[tuple[str, ...], ...]) -> tuple[list[str], list[s
         else:
             lacking.append(" ".join(flags))
     return passed, lacking
-
-
-def machine() -> dict:
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    # The capture's own CPU reading, without its package and device probes (seconds of torch import).
-    return {"cpu": envinfo._cpu_model(), "cores": os.cpu_count(), "memory_gib": round(memory / 2**30, 1)}
 
 
 def warm_uv_cache(cells: list, scratch: Path) -> float:
@@ -175,8 +168,7 @@ def bench(chosen: Slice, work: Path) -> dict:
     ids = [c.id for c in cells]
     old_flags, old_lacks = usable_flags(SERIAL_FLAGS)
     new_flags, new_lacks = usable_flags(DEFAULT_FLAGS)
-    figures: dict = {"date": dt.date.today().isoformat(), "machine": machine(), "matrix": chosen.matrix_file.name,
-                     "harness_revision": envinfo.project_revision(),
+    figures: dict = {**provenance.stamp(), "matrix": chosen.matrix_file.name,
                      "cells": ids, "checks": list(chosen.checks) or "the matrix's",
                      "harness_lacks": old_lacks + new_lacks, "uv_cache_warm_up_s": warm_uv_cache(cells, work / "warm")}
     figures["old_way"] = timed_run("old-way", chosen, ids, old_flags, work / "old", work / "old-envs", work)

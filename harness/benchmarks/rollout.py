@@ -27,6 +27,8 @@ from pathlib import Path
 from harness.envs import cellenv
 from harness.results.records import write_json_atomic
 
+from . import provenance
+
 ROOT = Path(__file__).resolve().parents[2]
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
@@ -95,7 +97,8 @@ def benchmark(args: argparse.Namespace) -> dict:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env.run_env(THREAD_ENV), check=False)
     if done.returncode != 0 or not result.exists():
         return {"error": f"worker exited {done.returncode}: {cellenv.tail(work / 'rollout-worker.log', 15)}"}
-    return {**json.loads(result.read_text(encoding="utf-8")), "vllm_env_seconds": env_seconds,
+    return {**json.loads(result.read_text(encoding="utf-8")), **provenance.stamp(),
+            "vllm_env_seconds": env_seconds,
             "load_average": {"before": list(load_before), "after": list(os.getloadavg()), "cores": os.cpu_count()}}
 
 

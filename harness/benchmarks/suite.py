@@ -13,7 +13,6 @@ The figures measured are merged into the file: entries this run did not measure 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import platform
@@ -32,7 +31,9 @@ from harness.files import file_problem
 from harness.results.records import write_json_atomic
 
 from . import matrix as matrix_bench
+from . import provenance
 from .evidence import EVIDENCE_KEY, evidence_figures, figures_file
+from .grpo import runs_of_one_revision
 
 ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 
@@ -225,10 +226,11 @@ def _measure(args: argparse.Namespace) -> int:
     # a cell id or tag that matches nothing stops the bench before anything is measured
     matrix_slice = matrix_bench.slice_from_args(args) if args.matrix or "matrix" in args.only else None
     pins = matrix.load(ROOT / "matrices" / "cpu.toml").select(tags=["smoke"])[0].requirements
-    info = envinfo.capture()
-    figures: dict = {"date": dt.date.today().isoformat(), "load_average_at_start": round(os.getloadavg()[0], 1),
-                     "machine": {
-        "cpu": info["cpu"], "cores": os.cpu_count(), "os": info["os"], "python": platform.python_version()}}
+    # Each group carries its own date, machine and revision: a later run merges over the file, so one stamp for
+    # the whole file would also date the groups it did not measure.
+    run = {**provenance.stamp(), "load_average_at_start": round(os.getloadavg()[0], 1)}
+    run["machine"] = {**run["machine"], "os": envinfo._os_name(), "python": platform.python_version()}
+    figures: dict = {}
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
         work = Path(tmp)
         if "envs" in args.only:
@@ -256,6 +258,10 @@ def _measure(args: argparse.Namespace) -> int:
         if matrix_slice is not None:
             figures["matrix"] = matrix_bench.run_slice(matrix_slice, args.matrix_work)
         shutil.rmtree(work / "uv-cache-cold", ignore_errors=True)
+    figures = {key: provenance.stamped(group, run) for key, group in figures.items()}
+    if isinstance(figures.get("grpo_vs_trl", {}).get("summary"), dict):
+        figures["grpo_vs_trl_repeats"] = runs_of_one_revision(figures_file(args.out).get("grpo_vs_trl_repeats"),
+                                                              figures["grpo_vs_trl"])
     print(json.dumps(figures, indent=1))
     write_json_atomic(args.out, {**figures_file(args.out), **figures})
     return 0

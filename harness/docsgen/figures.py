@@ -1,9 +1,11 @@
 """The measured page's table, from bench/figures.json (written by `nox -s bench`): the current figure of each
-benchmark with the machine and the date it was measured on."""
+benchmark with the machine, the date and the project revision that produced it. Each is read from the group
+itself: a group that lacks one shows it as not recorded, never another group's (or the file's) stamp."""
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 from harness.docsgen.tables import ROOT, _table
@@ -34,6 +36,14 @@ FIGURES = [
         ("speed-up", "summary.speedup_to_threshold", "x"),
         ("steps per second, ours", "summary.steps_per_second.ours", "steps/s"),
         ("steps per second, TRL", "summary.steps_per_second.trl", "steps/s")]),
+    ("grpo_vs_trl_repeats", "GRPO against TRL's GRPOTrainer, every `-- --grpo` run on the latest revision", [
+        ("runs", "runs", ""), ("lowest speed-up", "lowest", "x"), ("median", "median", "x"),
+        ("highest", "highest", "x")]),
+    ("grpo_fully_async", "GRPO to the reward threshold, sync against fully-async at staleness 1 (`-- --async`)", [
+        ("sync", "summary.sync.seconds_to_threshold", "s"),
+        ("fully-async", "summary.fully-async-1.seconds_to_threshold", "s"),
+        ("fully-async over sync", "summary.fully-async-1.speedup_over_sync", "x"),
+        ("overlap (both busy)", "summary.fully-async-1.overlap_fraction", "")]),
     ("report", "rendering the report of 10,000 synthetic cells", [
         ("CPU time, every format", "render_cpu_s", "s"), ("report.html", "html_bytes", "bytes")]),
 ]
@@ -63,16 +73,40 @@ def _number(value, unit: str) -> str:
         return f"{value / 2**20:.1f} MiB"
     if unit == "x":
         return f"{value:.2f}x"
-    return f"{value:,.2f} {unit}" if isinstance(value, float) else f"{value:,} {unit}"
+    text = f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
+    return f"{text} {unit}" if unit else text
 
 
-def _machine(group: dict, figures: dict) -> str:
-    machine = group.get("machine", figures.get("machine", "unknown"))
+NOT_RECORDED = "not recorded"
+
+
+def _machine(group: dict) -> str:
+    machine = group.get("machine")
     if isinstance(machine, dict):
         parts = [machine.get("cpu"), f"{machine['cores']} cores" if machine.get("cores") else None,
                  f"{machine['memory_gib']} GiB" if machine.get("memory_gib") else None]
-        return ", ".join(p for p in parts if p)
-    return str(machine)
+        return ", ".join(str(p) for p in parts if p) or NOT_RECORDED
+    return str(machine) if machine else NOT_RECORDED
+
+
+def _stamp(group: dict, key: str) -> str:
+    value = group.get(key)
+    return str(value) if value else NOT_RECORDED
+
+
+def _runs(runs: list) -> dict:
+    """A list of runs (grpo_vs_trl_repeats) as one group: how many, their speed-ups, and each stamp that the runs
+    share, every different one listed, and not recorded where a run lacks it."""
+    speedups = sorted(s for run in runs if isinstance(run, dict)
+                      and isinstance(s := _get(run, "summary.speedup_to_threshold"), (int, float)))
+    group: dict = {"runs": len(runs)}
+    if speedups:
+        group.update(lowest=speedups[0], median=statistics.median(speedups), highest=speedups[-1])
+    items = [run if isinstance(run, dict) else {} for run in runs]
+    for key, show in (("machine", _machine), ("date", lambda run: _stamp(run, "date")),
+                      ("harness_revision", lambda run: _stamp(run, "harness_revision"))):
+        group[key] = ", ".join(dict.fromkeys(show(run) for run in items)) if items else None
+    return group
 
 
 def measured_table(figures: dict | None = None) -> str:
@@ -80,13 +114,15 @@ def measured_table(figures: dict | None = None) -> str:
     rows = []
     for key, what, fields in FIGURES:
         group = figures.get(key)
+        if isinstance(group, list):
+            group = _runs(group)
         if not isinstance(group, dict):
-            rows.append([what, "not measured", "", ""])
+            rows.append([what, "not measured", "", "", ""])
             continue
+        stamps = [_machine(group), _stamp(group, "date"), _stamp(group, "harness_revision")]
         if group.get("status") in ("not run", "failed"):  # an evidence run's benchmark that did not measure
-            rows.append([what, f"{group['status']}: {group.get('reason') or 'no reason recorded'}",
-                         _machine(group, figures), str(group.get("date", "unknown"))])
+            rows.append([what, f"{group['status']}: {group.get('reason') or 'no reason recorded'}", *stamps])
             continue
         values = "; ".join(f"{label}: {_number(_get(group, path), unit)}" for label, path, unit in fields)
-        rows.append([what, values, _machine(group, figures), str(group.get("date", figures.get("date", "unknown")))])
-    return _table(["benchmark", "figures", "machine", "date"], rows)
+        rows.append([what, values, *stamps])
+    return _table(["benchmark", "figures", "machine", "date", "revision"], rows)

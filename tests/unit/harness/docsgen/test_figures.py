@@ -1,4 +1,4 @@
-"""The measured page's table: figures with their machine and date, and what is missing said as such."""
+"""The measured page's table: figures with their machine, date and revision, and what is missing said as such."""
 from __future__ import annotations
 
 from harness.docsgen import figures, pages
@@ -6,10 +6,12 @@ from harness.docsgen import figures, pages
 
 def test_measured_figures_carry_machine_and_date_and_say_what_is_missing():
     data = {"date": "2026-01-02", "machine": {"cpu": "Some CPU", "cores": 2},
-            "report": {"render_cpu_s": 1.5, "html_bytes": 2**20, "date": "2026-01-01"}}
+            "report": {"render_cpu_s": 1.5, "html_bytes": 2**20, "date": "2026-01-01",
+                       "machine": {"cpu": "Some CPU", "cores": 2}, "harness_revision": "0123abcd"}}
     table = figures.measured_table(data)
     row = next(line for line in table.splitlines() if "10,000" in line)
     assert "1.50 s" in row and "1.0 MiB" in row and "2026-01-01" in row and "Some CPU, 2 cores" in row
+    assert "0123abcd" in row and table.splitlines()[0].split("|")[-2].strip() == "revision"
     assert "not measured" in table  # the groups this data lacks
     partial = figures.measured_table({**data, "report": {"date": "2026-01-01"}})
     assert "CPU time, every format: not measured" in partial
@@ -19,3 +21,24 @@ def test_the_measured_page_shows_the_file_figures():
     current = figures.load()
     assert f"{current['grpo_vs_trl']['summary']['speedup_to_threshold']:.2f}x" in (
         pages.ROOT / "docs" / "measured.md").read_text()
+
+
+def test_a_group_without_its_own_stamp_shows_it_not_recorded_never_the_file_s_or_another_group_s():
+    data = {"date": "2026-01-02", "machine": {"cpu": "Some CPU", "cores": 2}, "harness_revision": "filewide",
+            "report": {"render_cpu_s": 1.5, "date": "2026-01-01", "harness_revision": "0123abcd"},
+            "checks_per_cell": {"total_s": 40.0}}
+    row = next(line for line in figures.measured_table(data).splitlines() if "every check of one cell" in line)
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells[1].startswith("all checks: 40.00 s")
+    assert cells[2:] == ["not recorded"] * 3
+
+
+def test_every_grpo_run_on_one_revision_is_one_row_with_its_lowest_speedup():
+    runs = [{"harness_revision": "abc", "summary": {"speedup_to_threshold": speedup}} for speedup in (3.3, 2.9, 3.1)]
+    runs[0].update(date="2026-01-01", machine={"cpu": "Some CPU", "cores": 2})
+    row = next(line for line in figures.measured_table({"grpo_vs_trl_repeats": runs}).splitlines()
+               if "every `-- --grpo` run" in line)
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells[1] == "runs: 3; lowest speed-up: 2.90x; median: 3.10x; highest: 3.30x"
+    # Two runs lack a date and a machine: said as such beside the one that has them.
+    assert cells[2:] == ["Some CPU, 2 cores, not recorded", "2026-01-01, not recorded", "abc"]

@@ -95,6 +95,27 @@ def test_evidence_figures_go_into_the_figures_file_with_their_gpu_and_date(tmp_p
     assert "ours: 1.00 s; TRL: 3.00 s" in row and "NVIDIA H200" in row
 
 
+def test_evidence_figures_carry_the_box_revision_and_never_this_checkout_s(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_REVISION", "checkout-here")  # what this checkout would say: not the box's
+    _record(tmp_path / "without", "cuda")
+    group = suite.evidence_figures(tmp_path / "without")
+    assert group["harness_revision"] is None
+    from harness.docsgen.figures import measured_table
+
+    row = next(line for line in measured_table({suite.EVIDENCE_KEY: group}).splitlines() if "evidence run" in line)
+    assert "not recorded" in row and "checkout-here" not in row
+    _record(tmp_path / "with", "cuda")
+    record = tmp_path / "with" / "benchmarks" / "grpo-vs-trl.json"
+    data = json.loads(record.read_text())
+    data["figures"]["harness_revision"] = "0123456789ab"
+    record.write_text(json.dumps(data))
+    assert suite.evidence_figures(tmp_path / "with")["harness_revision"] == "0123456789ab"
+    data["figures"]["harness_revision"] = 12
+    record.write_text(json.dumps(data))
+    with pytest.raises(HarnessError, match="figures.harness_revision: expected a git revision as text"):
+        suite.evidence_figures(tmp_path / "with")
+
+
 def test_a_cpu_dry_run_is_not_gpu_evidence(tmp_path):
     _record(tmp_path / "evidence", "cpu")
     with pytest.raises(HarnessError, match="measured on .cpu."):

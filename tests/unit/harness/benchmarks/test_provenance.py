@@ -1,0 +1,21 @@
+"""Every group the bench writes carries the date, the machine and the project revision that produced it."""
+from __future__ import annotations
+
+import datetime as dt
+
+from harness.benchmarks import provenance
+
+
+def test_the_stamp_names_today_this_machine_and_the_revision(monkeypatch):
+    monkeypatch.setenv("HARNESS_REVISION", "fake0123rev")
+    stamp = provenance.stamp()
+    assert stamp["harness_revision"] == "fake0123rev" and stamp["date"] == dt.date.today().isoformat()
+    assert stamp["machine"]["cores"] and stamp["machine"]["memory_gib"] > 0
+
+
+def test_a_group_keeps_what_it_says_itself_and_gets_the_rest():
+    run = {"date": "2026-01-02", "machine": {"cores": 2}, "harness_revision": "abc"}
+    assert provenance.stamped({"seconds": 1.0}, run) == {**run, "seconds": 1.0}
+    own = {"date": "2026-01-01", "harness_revision": None, "seconds": 1.0}  # a null is no revision of its own
+    assert provenance.stamped(own, run) == {**run, "date": "2026-01-01", "seconds": 1.0}
+    assert provenance.stamped([{"x": 1}, 2], run) == [{**run, "x": 1}, 2]
