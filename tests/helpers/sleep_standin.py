@@ -62,3 +62,17 @@ def standin_engines(on_kv_wake=None):
     """(start, fresh) for sleep_wake.sleep_wake_verdicts: the stand-in that sleeps, and a fresh HF engine."""
     return (lambda kind, policy: SleepingStandIn(policy, on_kv_wake),
             lambda kind, policy: HFRollout(policy))
+
+
+def standin_verdicts(monkeypatch, on_kv_wake=None, cycle=None, kind: str = "text", cycles=(1, 2)) -> dict:
+    """sleep_wake's verdicts of `kind` on the stand-in engines, by their last name part ("sleep-wake", ...); the
+    stand-in sleeps on any platform."""
+    from harness.checks import CheckOptions
+    from harness.checks.support import vllm_engine
+    from harness.checks.vllm_rollout import sleep_wake
+
+    monkeypatch.setattr(vllm_engine, "sleep_mode_refusal", lambda: None)
+    start, fresh = standin_engines(on_kv_wake)
+    return {v.name.split("/")[1]: v for v in sleep_wake.sleep_wake_verdicts(
+        kind, CheckOptions(), {"name": "stand-in", "version": "0"}, start=start, fresh=fresh,
+        cycle=cycle or sleep_wake.default_cycle, cycles=cycles)}
