@@ -52,7 +52,11 @@ CHECKS: dict[str, CheckSpec] = {
                   "compute, upstream and trainer", ("fsdp",)),
         CheckSpec("nested-chunking", "harness.checks.nested_chunking",
                   "jagged mRoPE position ids survive micro-batch chunking", ("fsdp", "megatron"),
-                  needs_accelerator=False),  # its tensors stay on the CPU on every device
+                  needs_accelerator=False,
+                  verl="verl's own batch chunking, row by row: left_right_2_no_padding, BatchData.chunk and a pickle "
+                       "round trip, maybe_fix_3d_position_ids, make_iterator, prepare_micro_batches, the FSDP engine's "
+                       "prepare_model_inputs, postprocess_batch_func; non-tensor data through BatchData.chunk and "
+                       "BatchData.concat"),  # its tensors stay on the CPU on every device
         CheckSpec("bridge-parity", "harness.checks.bridge_parity",
                   "HF and megatron-core agree on hybrid Qwen3.5 and MoE (TP1, TP2, EP2; Megatron-Bridge's own bridges "
                   "too): log-probs, grads, round trip",
