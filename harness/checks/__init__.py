@@ -62,7 +62,10 @@ CHECKS: dict[str, CheckSpec] = {
                   "too): log-probs, grads, round trip",
                   ("megatron",)),
         CheckSpec("grpo-convergence", "harness.checks.grpo_convergence",
-                  "a short GRPO run raises the reward and follows the reference curve", timeout=900),
+                  "a short GRPO run raises the reward and follows the reference curve", timeout=900,
+                  verl="verl's GRPO math against this project's trainer on the same batch, with what verl's Qwen3.5 "
+                       "scripts select: compute_grpo_outcome_advantage, losses.ppo_loss, "
+                       "compute_rollout_correction_weights (the training run itself is this project's trainer)"),
         CheckSpec("launch-plans", "harness.checks.launch_plans",
                   "the shipped launch plans (plans/*.toml) checked against this cell's megatron-core, "
                   "transformers and vLLM rules, with memory per device", needs_accelerator=False),
