@@ -74,7 +74,9 @@ CHECKS: dict[str, CheckSpec] = {
                   "GRPO update and a weight sync", timeout=900),
         CheckSpec("vllm-chat-parity", "harness.checks.vllm_chat_parity",
                   "the trainer's tool-call parser and chat rendering agree with vLLM's parser and vLLM's own chat "
-                  "path, token for token", timeout=300, needs_accelerator=False),
+                  "path, token for token", timeout=300, needs_accelerator=False,
+                  verl="verl's tool parser (ToolParser.get_tool_parser('qwen3_coder'), Qwen3XMLToolParser) against "
+                       "vLLM's, or against this project's parser without vLLM; verl's chat rendering is not compared"),
     )
 }
 
