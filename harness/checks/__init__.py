@@ -68,7 +68,10 @@ CHECKS: dict[str, CheckSpec] = {
                        "compute_rollout_correction_weights (the training run itself is this project's trainer)"),
         CheckSpec("launch-plans", "harness.checks.launch_plans",
                   "the shipped launch plans (plans/*.toml) checked against this cell's megatron-core, "
-                  "transformers and vLLM rules, with memory per device", needs_accelerator=False),
+                  "transformers and vLLM rules, with memory per device", needs_accelerator=False,
+                  verl="verl's own Qwen3.5 example scripts of the release (from its git repository), run under "
+                       "recording stubs; their launch checked by verl's own config check (validate_config) and, read "
+                       "as a plan, by this project's rules"),
         CheckSpec("vllm-rollout", "harness.checks.vllm_rollout",
                   "the cell's vLLM loads Qwen3.5; its log-probs and greedy tokens match the trainer's, also after a "
                   "GRPO update and a weight sync", timeout=900),
