@@ -69,8 +69,37 @@ def test_verls_chain_keeps_jagged_and_text_rows_and_names_the_functions_it_ran(v
     assert "verl.protocol.BatchData.chunk" in ran and "verl.workers.engine.utils.prepare_micro_batches" in ran
 
 
+def _plain_chunk_splits_jagged() -> bool:
+    _, rows = verl_chain.padded_rollout((3, 1, 2, 4), mrope=True)
+    try:
+        return all(len(part) == 2 for part in _nested_batch(rows).chunk(2))
+    except Exception:  # noqa: BLE001 - this tensordict's own chunk refuses jagged tensors
+        return False
+
+
+@pytest.mark.verl
+def test_a_chunker_that_hands_a_worker_the_other_workers_rows_fails_the_jagged_verdict(verl_release, monkeypatch):
+    from verl.utils import tensordict_utils
+
+    real = tensordict_utils.chunk_tensordict
+
+    def misaligned(td, chunks):
+        parts = real(td, chunks)
+        if len(parts) == 2 and len(parts[0]) == len(parts[1]):  # the row ids swapped, the values left in place
+            parts[0]["row"], parts[1]["row"] = parts[1]["row"].clone(), parts[0]["row"].clone()
+        return parts
+
+    monkeypatch.setattr(tensordict_utils, "chunk_tensordict", misaligned)
+    broken = verl_chain.case_verdict("jagged", **verl_chain.CASES["jagged"])
+    if broken.status is Status.SKIP:
+        pytest.skip(broken.message)
+    assert broken.status is Status.FAIL and "BatchData.chunk[0]: row 4 input_ids" in broken.message, broken.message
+
+
 @pytest.mark.verl
 def test_a_plain_tensordict_chunk_in_place_of_verls_chunker_fails_the_jagged_verdict(verl_release, monkeypatch):
+    if _plain_chunk_splits_jagged():
+        pytest.skip("this tensordict's own chunk splits jagged tensors: a plain chunk is no break here")
     from verl.utils import tensordict_utils
 
     monkeypatch.setattr(tensordict_utils, "chunk_tensordict", lambda td, chunks: list(td.chunk(chunks)))
