@@ -6,6 +6,8 @@ answer, e.g. no megatron-core in an FSDP cell; the reason says which), error (it
 the exception is named). The check fails when a plan's
 verdict here differs from what its file expects: a plan that stops starting on this stack, or a declared
 failure that no longer happens (stale). It is a skip when no plan could be answered at all.
+In a row that installs verl, `verl:plan/<script>` verdicts judge verl's own Qwen3.5 example scripts of that release
+(support/verl_plans.py); one that fails fails the check.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 from harness.results.records import CheckResult, Status, Verdict
 
 from . import CheckOptions
+from .support import verl, verl_plans
 
 NAME = "launch-plans"
 PLANS_DIR = Path(__file__).resolve().parents[2] / "plans"
@@ -51,6 +54,13 @@ def _judge(plan, verdict: str, reasons: str) -> tuple[Status, str]:
 
 
 def run(options: CheckOptions) -> CheckResult:
+    result = shipped_plans()
+    if verl.installed():  # a verl row: verl's own Qwen3.5 example scripts of that release too
+        result = verl_plans.add(result, verl_plans.verdicts())
+    return result
+
+
+def shipped_plans() -> CheckResult:
     from harness.plans.plan_format import load_plan
     from harness.plans.verdict import evaluate
     from trainers.runtime.device import set_cpu_threads

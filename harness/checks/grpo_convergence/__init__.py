@@ -29,6 +29,11 @@ reference of that engine release, grpo_fsdp_<model>_<engine>-<version>.json (one
 model config: see vllm_engine), made in its environment with `--regenerate --rollout vllm`. A release
 without one is held to threshold and gain; its band is skipped (see references.py). The result names
 the engine and the reference file.
+
+In a row that installs verl, `verl:grpo-math` (verl_math) first compares verl's own GRPO advantage, policy loss and
+rollout correction with this project's on the same batch, and the result's message says whether the convergence
+verdict speaks for verl: in the typical regime only where they are equal; never for verl's dual clip, its KL clamp
+or GSPO, which this project's trainer does not have.
 """
 from __future__ import annotations
 
@@ -39,9 +44,9 @@ import sys
 from pathlib import Path
 
 from harness.checks import CheckOptions
-from harness.checks.grpo_convergence import evaluation, launch, regeneration
+from harness.checks.grpo_convergence import evaluation, launch, regeneration, verl_math
 from harness.checks.grpo_convergence import references as grpo_references
-from harness.checks.support import vllm_engine
+from harness.checks.support import verl, vllm_engine
 from harness.results.records import CheckResult, Status, Verdict
 
 NAME = evaluation.NAME
@@ -59,7 +64,10 @@ def _unavailable(model: str) -> str | None:
 
 
 def run(options: CheckOptions) -> CheckResult:
-    return run_with(options)
+    if not verl.installed():
+        return run_with(options)
+    math = verl_math.verdict()  # milliseconds of math, before the long run: whether its verdict speaks for verl
+    return verl_math.attach(run_with(options), math)
 
 
 def run_with(options: CheckOptions, trainer_args: dict | None = None, reference: dict | None = None,

@@ -7,6 +7,8 @@ For every known failure family (probes.FAMILIES) three levels are run:
   padded reference's values and the canonical layout on every key.
 One more trainer verdict, `grpo-update/trainer` (trainer_path): the micro-batching the GRPO update of
 both trainers runs (trainers.grpo.micro_batches, through chunk_tensordict) rejoins to its batch exactly.
+In a row that installs verl, `verl:chunking/<case>` verdicts run verl's own chunking of its batches
+(verl_chain, verl_metadata); one that fails fails the check.
 Upstream verdicts are PASS when every operation is right and AFFECTED when one raises or is
 silently wrong (a known upstream bug reproduced). The check FAILS iff the trainer level fails;
 otherwise it is AFFECTED if any upstream level is, else PASS. Needs torch and tensordict, not transformers.
@@ -17,7 +19,7 @@ import time
 from typing import Any
 
 from harness.checks import CheckOptions
-from harness.checks.nested_chunking import trainer_path
+from harness.checks.nested_chunking import trainer_path, verl_chain
 from harness.checks.nested_chunking.probes import (
     FAMILIES,
     OK,
@@ -26,6 +28,7 @@ from harness.checks.nested_chunking.probes import (
     reference_samples,
     upstream_outcomes,
 )
+from harness.checks.support import verl
 from harness.results.records import CheckResult, Status, Verdict
 
 NAME = "nested-chunking"
@@ -57,21 +60,36 @@ def run(options: CheckOptions) -> CheckResult:
                 verdicts.append(_upstream_verdict(family, level, upstream[level]))
         verdicts.append(_trainer_verdict(family, trainer))
     verdicts.append(trainer_path.verdict())
+    verl_seconds = None
+    if verl.installed():  # a verl row: verl's own chunking of its batches too
+        verl_started = time.perf_counter()
+        verdicts += verl_chain.verdicts()
+        verl_seconds = round(time.perf_counter() - verl_started, 3)  # importing verl (and Ray) most of it
 
     status = _overall(verdicts)
     trainer_failed = [v.name for v in verdicts if v.name.endswith("/trainer") and v.status is Status.FAIL]
+    verl_failed = [v.name for v in verdicts if v.name.startswith(verl.PREFIX) and v.status is Status.FAIL]
     affected = [v.name for v in verdicts if v.status is Status.AFFECTED]
     if status is Status.FAIL:
-        message = f"trainer chunking gives wrong values in: {', '.join(trainer_failed)}"
+        message = "; ".join(part for part in (
+            trainer_failed and f"trainer chunking gives wrong values in: {', '.join(trainer_failed)}",
+            verl_failed and f"verl's own chunking fails in: {', '.join(verl_failed)}") if part)
     elif status is Status.AFFECTED:
         message = f"trainer chunking exact; upstream bugs reproduced in {len(affected)} of " \
-                  f"{sum(v.name.split('/')[1] != 'trainer' for v in verdicts)} family levels"
+                  f"{sum(v.name.split('/')[1] != 'trainer' for v in verdicts if not v.name.startswith(verl.PREFIX))} " \
+                  "family levels"
     else:
         message = "trainer chunking exact; no upstream nested-tensor bug reproduced"
+    mine = [v for v in verdicts if v.name.startswith(verl.PREFIX)]
+    if mine and not verl_failed:
+        skipped = " (the others could not run here)" if any(v.status is Status.SKIP for v in mine) else ""
+        message += f"; verl's own chunking exact in {sum(v.status is Status.PASS for v in mine)} of {len(mine)} cases"
+        message += skipped
     metrics = {**versions, "families": {f.name: {"summary": f.summary, "refs": f.refs, "key": f.key,
                                                  "lengths": list(f.lengths)} for f in FAMILIES.values()},
                "table": table, "device": "cpu",
-               "import_seconds": round(import_seconds, 3), "seconds": round(time.perf_counter() - start, 3)}
+               "import_seconds": round(import_seconds, 3), "seconds": round(time.perf_counter() - start, 3),
+               "verl_seconds": verl_seconds}
     return CheckResult(NAME, status, message, metrics=metrics, verdicts=verdicts)
 
 

@@ -133,8 +133,8 @@ def attributed(result_verdict: Verdict) -> Verdict:
     ran = (result_verdict.metrics.get("verl") or {}).get("ran") or []
     foreign = [name for name in ran if root is None or not name.startswith("verl.")
                or (path := _loaded_from(name)) is None or root not in path.parents]
-    if root is not None and ran and not foreign:
-        return result_verdict
+    if root is not None and not foreign and (ran or result_verdict.status is Status.SKIP):
+        return result_verdict  # a skip claims nothing of verl's code: it may record none
     why = ("verl is not installed" if root is None else "it records no verl function" if not ran
            else f"it ran {', '.join(foreign)}, not the installed verl's code")
     return Verdict(result_verdict.name, Status.FAIL, f"named for verl but {why} (its result was: "
@@ -175,3 +175,38 @@ def use_cpu_platform(current_device: Any = "cpu") -> str:
     PlatformRegistry.register(platform="cpu")(CpuPlatform)
     set_platform(CpuPlatform())
     return "a CPU platform registered through verl.plugin.platform (verl has none of its own)"
+
+
+# Packages that exist only for an accelerator: verl code that imports one cannot run on a CPU runner, which is
+# this runner's limit, never verl's failure (verl 0.8.0's padding helpers import flash_attn on any non-NPU machine).
+ACCELERATOR_ONLY = {"flash_attn": "a GPU runner with flash-attn installed", "flash_attn_2_cuda": "a GPU runner with "
+                    "flash-attn installed", "torch_npu": "an Ascend NPU runner with torch-npu",
+                    "apex": "a GPU runner with NVIDIA Apex", "liger_kernel": "a GPU runner with liger-kernel"}
+
+
+def verl_frame(exc: BaseException) -> str | None:
+    """verl's own file:line nearest the raise (as "verl/utils/attention_utils.py:30"), None if verl is not in it."""
+    import traceback
+
+    root = _verl_root()
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = Path(frame.filename).resolve()
+        if root is not None and root in path.parents:
+            return f"{path.relative_to(root.parent).as_posix()}:{frame.lineno}"
+    return None
+
+
+def unrunnable(exc: BaseException) -> str | None:
+    """Why verl's code cannot run on this runner, when `exc` is its import of an accelerator-only package; else
+    None (any other exception is verl's own outcome on this stack)."""
+    package = (getattr(exc, "name", None) or "").split(".")[0]
+    if not isinstance(exc, ImportError) or package not in ACCELERATOR_ONLY:
+        return None
+    return (f"could not run on this runner: {verl_frame(exc) or 'verl'} imports {package}, which exists only for "
+            f"an accelerator ({ACCELERATOR_ONLY[package]} runs this part)")
+
+
+def describe(exc: BaseException) -> str:
+    """An exception from verl's code in one line: its class, verl's file:line nearest the raise, its first line."""
+    first = (str(exc).splitlines() or [""])[0][:200]
+    return f"{type(exc).__name__} at {verl_frame(exc) or 'a frame outside verl'}: {first}"

@@ -29,12 +29,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from harness.checks.support.verl import ACCELERATOR_ONLY
+
 MODEL_TYPES = ("qwen3_5", "qwen3_5_moe", "qwen3_5_text")
 VISION_TYPES = ("qwen3_5", "qwen3_5_moe")
 LENGTHS = (7, 13, 5)  # one sequence shorter than the conv kernel would not be packed differently: all are longer
 IMAGE_GRID = (1, 4, 4)  # 16 patches, 4 tokens after the 2x2 merge
-# Packages verl imports that exist only for accelerators: verl code that needs one cannot run on a CPU runner.
-ACCELERATOR_PACKAGES = ("flash_attn", "flash_attn_2_cuda", "torch_npu", "apex", "liger_kernel")
 _INSTALLED = re.compile(r"/\S*?/site-packages/")  # where the environment lives: dropped from error text
 
 
@@ -213,6 +213,6 @@ def failure(exc: BaseException) -> dict[str, Any]:
         where = f"{'/'.join(parts[start:])}:{ours[-1].lineno}"
     missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
     here = (f"{where} imports {missing}, a package only accelerator machines have: it runs on a GPU/NPU runner"
-            if missing and missing.split(".")[0] in ACCELERATOR_PACKAGES else "")
+            if missing and missing.split(".")[0] in ACCELERATOR_ONLY else "")
     first = _INSTALLED.sub("", str(exc).splitlines()[0][:300]) if str(exc) else ""
     return {"error_class": type(exc).__name__, "error": first, "where": where, "cannot_run_here": here}

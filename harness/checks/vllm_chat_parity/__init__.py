@@ -29,6 +29,8 @@ Skipped in cells without vLLM. Verdicts (each records the engine it compared aga
 Every mismatch is listed with its case (a parser mismatch with its input too; a rendering mismatch with
 its first differing token and both texts from just before it). No model weights and no engine process:
 the check takes under a minute, most of it importing vLLM.
+In a row that installs verl, verl_side adds `verl:tool-calls` and `verl:tool-calls-malformed`: verl's own parser in
+the trainer's place (without vLLM, against this project's parser).
 """
 from __future__ import annotations
 
@@ -38,9 +40,9 @@ import tempfile
 from pathlib import Path
 
 from harness.checks import CheckOptions
-from harness.checks.support import vllm_engine
+from harness.checks.support import verl, vllm_engine
 from harness.checks.vllm_chat_parity import cases as vllm_chat_cases
-from harness.checks.vllm_chat_parity import rendering, templates
+from harness.checks.vllm_chat_parity import rendering, templates, verl_side
 from harness.checks.vllm_chat_parity import vllm_chat as vllm_chat_path
 from harness.results.records import CheckResult, Status, Verdict
 
@@ -110,9 +112,11 @@ def _verdict(name: str, mismatches: list[dict], total: int, engine: dict, what: 
 
 def run(options: CheckOptions) -> CheckResult:
     engine = vllm_engine.installed()
-    if engine is None:
-        return CheckResult(NAME, Status.SKIP, "no vLLM in this cell")
-    return run_with(engine)
+    result = run_with(engine) if engine else CheckResult(NAME, Status.SKIP, "no vLLM in this cell")
+    if verl.installed():  # a verl row: verl's own tool parser as the trainer side too (verl_side)
+        tok = tokenizer() if engine else None
+        verl_side.add(result, engine, lambda text, tools: vllm_parse(text, tools, tok))
+    return result
 
 
 def run_with(engine: dict, ours=trainer_parse, trainer=rendering.trainer_render) -> CheckResult:

@@ -154,3 +154,28 @@ def test_grpo_update_verdict_fails_on_a_chunker_that_reorders_rows(monkeypatch):
     monkeypatch.setattr(data, "chunk_tensordict", lambda td, chunks: REAL_CHUNKER(td, chunks)[::-1])
     verdict = trainer_path.verdict()
     assert verdict.status is Status.FAIL and "rejoined micro-batches differ in input_ids" in verdict.message
+
+
+def _verl_row(monkeypatch, tmp_path, statuses):
+    """The check in a stand-in verl row whose verl verdicts have `statuses` (no verl needed)."""
+    from harness.checks.nested_chunking import verl_chain
+    from harness.checks.support import verl
+    from harness.results.records import Verdict
+
+    monkeypatch.setattr(verl, "installed", lambda: "9.9.0")
+    monkeypatch.setattr(verl_chain, "verdicts", lambda: [Verdict(f"verl:chunking/case{i}", status, "stand-in")
+                                                          for i, status in enumerate(statuses)])
+    return nested_chunking.run(CheckOptions(work_dir=tmp_path))
+
+
+def test_a_verl_row_adds_verls_verdicts_and_one_that_fails_fails_the_check(monkeypatch, tmp_path):
+    res = _verl_row(monkeypatch, tmp_path, [Status.PASS, Status.FAIL])
+    assert [v.name for v in res.verdicts[-2:]] == ["verl:chunking/case0", "verl:chunking/case1"]
+    assert res.status is Status.FAIL and res.message == "verl's own chunking fails in: verl:chunking/case1"
+    assert res.metrics["verl_seconds"] is not None
+
+
+def test_a_verl_row_whose_verdicts_pass_or_cannot_run_here_says_how_many_ran(monkeypatch, tmp_path):
+    res = _verl_row(monkeypatch, tmp_path, [Status.PASS, Status.SKIP])
+    assert res.status in (Status.PASS, Status.AFFECTED), res.message
+    assert res.message.endswith("; verl's own chunking exact in 1 of 2 cases (the others could not run here)")

@@ -93,17 +93,61 @@ def test_without_verl_every_verl_verdict_fails(monkeypatch):
     assert "verl is not installed" in verl.attributed(made).message
 
 
-def test_the_registry_applies_the_guard_to_every_check(fake_verl, monkeypatch):
-    class Borrowed:
+def _registered(monkeypatch, made) -> CheckResult:
+    """A check whose own part passes, with verdict `made` beside it, run through the registry."""
+    class Check:
         @staticmethod
         def run(options):
-            return CheckResult("borrowed", Status.PASS, "ok",
-                               verdicts=[verl.verdict("part", Status.PASS, "ok", [_project_advantage])])
+            return CheckResult("check", Status.PASS, "the project's part passes", verdicts=[made])
 
-    monkeypatch.setitem(checks.CHECKS, "borrowed", checks.CheckSpec("borrowed", "borrowed_module", "test"))
-    monkeypatch.setattr(checks, "load", lambda name: Borrowed)
-    result = checks.run_in_process("borrowed", checks.CheckOptions())
+    monkeypatch.setitem(checks.CHECKS, "check", checks.CheckSpec("check", "check_module", "test"))
+    monkeypatch.setattr(checks, "load", lambda name: Check)
+    return checks.run_in_process("check", checks.CheckOptions())
+
+
+def test_the_registry_applies_the_guard_to_every_check(fake_verl, monkeypatch):
+    result = _registered(monkeypatch, verl.verdict("part", Status.PASS, "ok", [_project_advantage]))
     assert result.status is Status.FAIL and result.verdicts[0].status is Status.FAIL
+    assert result.message.startswith("a verdict named for verl did not run verl's code")
+
+
+def test_a_skip_named_for_verl_stands_without_a_function_but_not_with_a_foreign_one(fake_verl):
+    assert verl.attributed(verl.verdict("plan/x", Status.SKIP, "cannot reach github.com", [])).status is Status.SKIP
+    foreign = verl.verdict("plan/x", Status.SKIP, "skipped", [_project_advantage])
+    assert verl.attributed(foreign).status is Status.FAIL
+
+
+def _raise_from_verl(fake_verl, body: str):
+    (fake_verl / "verl" / "attention_utils.py").write_text(f"def unpad():\n    {body}\n")
+    from verl.attention_utils import unpad
+
+    try:
+        unpad()
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    raise AssertionError("expected a raise")
+
+
+def test_verl_code_that_imports_an_accelerator_only_package_cannot_run_here_and_says_where(fake_verl):
+    exc = _raise_from_verl(fake_verl, "import flash_attn.bert_padding")
+    why = verl.unrunnable(exc)
+    assert why.startswith("could not run on this runner: verl/attention_utils.py:2 imports flash_attn")
+    assert "GPU runner" in why
+
+
+def test_any_other_raise_is_verls_outcome_described_with_its_frame(fake_verl):
+    exc = _raise_from_verl(fake_verl, "raise RuntimeError('Expected cond to be True\\nmore')")
+    assert verl.unrunnable(exc) is None
+    assert verl.describe(exc) == "RuntimeError at verl/attention_utils.py:2: Expected cond to be True"
+    missing = _raise_from_verl(fake_verl, "import orjson_is_not_here")
+    assert verl.unrunnable(missing) is None  # a missing ordinary package is verl's row's finding, not the runner's
+
+
+def test_a_verl_verdict_that_fails_on_its_own_is_not_called_borrowed_code(fake_verl, monkeypatch):
+    from verl.core_algos import advantage
+
+    result = _registered(monkeypatch, verl.verdict("part", Status.FAIL, "verl differs", [advantage]))
+    assert "did not run verl's code" not in result.message and result.verdicts[0].status is Status.FAIL
 
 
 def test_verls_device_is_the_one_asked_for_through_its_platform_registry(fake_verl):
