@@ -50,12 +50,13 @@ CHECKS: dict[str, CheckSpec] = {
         # (needs_accelerator: it runs the model with the cell's kernels; where a CUDA cell installs
         # flash-linear-attention, transformers calls its Triton kernels even on CPU tensors, which cannot run there)
         CheckSpec("patch-parity", "harness.checks.patch_parity",
-                  "every applicable patch gives the stock numbers; packed equals unpacked", ("fsdp",),
-                  cpu_part="target audit",
+                  "every applicable patch gives the stock numbers; packed equals unpacked, also split over 2 "
+                  "sequence-parallel ranks", ("fsdp",), cpu_part="target audit",
                   verl="verl's apply_monkey_patch (its Qwen3.5 base model, decoder layer, packed gated delta net with "
                        "its fallbacks, VL forward), called through its FSDP engine (forward_step, prepare_model_inputs "
                        "and prepare_model_outputs on a batch from left_right_2_no_padding), packed and padded, "
-                       "against stock transformers"),
+                       "against stock transformers; verl's _build_fla_cp_context on the packed-sp ranks (a skip "
+                       "naming why verl's side needs a GPU)"),
         CheckSpec("offload-regression", "harness.checks.offload_regression",
                   "text, VL and MoE models under FSDP2 CPU offload: a verdict per host tensor that meets device "
                   "compute, upstream and trainer", ("fsdp",),
@@ -119,8 +120,8 @@ CHECKS: dict[str, CheckSpec] = {
 # runs. A check not listed here (an extra check) may give any.
 VERDICTS: dict[str, tuple[str, ...]] = {
     "stack-smoke": (),
-    "patch-parity": ("patched-vs-stock:*", "packed-vs-unpacked:*", "packed-stock-upstream*", "fused-logprob:*",
-                     "rollout-vs-trainer:*", "target-audit:*"),
+    "patch-parity": ("patched-vs-stock:*", "packed-vs-unpacked:*", "packed-stock-upstream*", "packed-sp:*",
+                     "fused-logprob:*", "rollout-vs-trainer:*", "target-audit:*"),
     "offload-regression": ("upstream", "trainer", "upstream/*", "trainer/*"),
     "nested-chunking": ("*/*",),
     "bridge-parity": ("*-tp[0-9]*", "*-ep[0-9]*", "packed-gdn"),

@@ -52,13 +52,12 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import os
 import time
 from pathlib import Path
 
 from harness.checks import CheckOptions
 from harness.checks.bridge_parity import megatron_bridge, mtp
-from harness.checks.support.ranks import start_torchrun, stop_torchrun, torchrun_command, wait_torchrun
+from harness.checks.support.ranks import run_job
 from harness.results.records import CheckResult, Status, Verdict
 from trainers.worst import worst
 
@@ -90,7 +89,6 @@ def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, ti
     harness.checks.support.ranks); (what rank 0 wrote, {} if a rank failed or ran out of time; "forked" or
     "torchrun")."""
     from harness.checks.bridge_parity import ranks as parity
-    from harness.checks.support.ranks import fork_safe, run_ranks
 
     tp, ep, cases = JOBS[job]
     out, log = work / f"{job}.json", work / f"{job}.log"
@@ -99,17 +97,7 @@ def _run_job(job: str, options: CheckOptions, work: Path, broken: str | None, ti
     args = ["--tp", str(tp), "--ep", str(ep), "--cases", cases, "--seed", str(options.seed), "--out", str(out)]
     if broken:
         args += ["--break", broken]
-    if fork_safe():
-        ok, launcher = run_ranks(lambda: parity.main(args), tp * ep, log, timeout, THREADS).ok, "forked"
-    else:
-        launcher = "torchrun"
-        process = start_torchrun(torchrun_command(tp * ep, "harness.checks.bridge_parity.ranks", args), log,
-                                 {**os.environ, **THREADS})
-        try:
-            ok = wait_torchrun(process, timeout) == 0
-        finally:  # the check itself stopped (timeout, signal): no rank may outlive it
-            if process.poll() is None:
-                stop_torchrun(process)
+    ok, launcher = run_job(parity.main, "harness.checks.bridge_parity.ranks", args, tp * ep, log, timeout, THREADS)
     return (json.loads(out.read_text()) if ok and out.exists() else {}), launcher
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from harness.checks.bridge_parity import library
 from harness.checks.bridge_parity.project_bridge import PROJECT_BREAKS, break_mapping, compare
+from harness.checks.support.ranks import rank_entry
 from harness.files import write_json_atomic
 
 BREAKS = PROJECT_BREAKS + library.BREAKS
@@ -87,12 +88,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    code = 1
-    try:
-        code = main(sys.argv[1:])
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)  # after the process group is gone: an abort at exit was seen otherwise
+    rank_entry(main, sys.argv[1:])

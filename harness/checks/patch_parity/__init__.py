@@ -5,6 +5,9 @@ Verdicts, on the text, vision-language and MoE tiny models where each applies:
   patched-vs-stock:*    outputs and gradients with the patch against without it, per dtype
   packed-vs-unpacked:*  the trainer's packed path against each sequence run alone
   packed-stock-upstream[-position-ids]   upstream: what stock transformers does with packed rows
+  packed-sp:text        a 2-rank sequence-parallel forward of a packed row against each sequence alone (gloo);
+                        in a verl row also verl:packed-sp:text, a skip naming why verl's side needs a GPU
+                        (packed_sp.py)
   fused-logprob:T=*     chunked log-probs / entropy against log_softmax at the same temperature
   rollout-vs-trainer:*  the rollout engine's sampled-token log-probs against the trainer's
   npu-parity:*          NPU op patches against the torch reference (from trainers.patches.npu_ops)
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from harness.checks import CheckOptions, cpu_part_only
 from harness.checks.patch_parity.inputs import Tolerance
@@ -65,6 +69,7 @@ def run(options: CheckOptions) -> CheckResult:
     from harness.checks.patch_parity.fused import fused_verdicts, rollout_vs_trainer
     from harness.checks.patch_parity.inputs import Models
     from harness.checks.patch_parity.packed import packed_vs_unpacked, stock_upstream_verdicts
+    from harness.checks.patch_parity.packed_sp import packed_sp_verdicts
     from harness.checks.patch_parity.stock import patched_vs_stock_verdicts
     from trainers.models import Qwen35Unavailable
     from trainers.patches import all_patches
@@ -88,7 +93,9 @@ def run(options: CheckOptions) -> CheckResult:
                            metrics={"qwen35_available": False})
 
     seed, timings = options.seed, {}
-    sections = (
+    sections = (  # packed-sp first: its ranks fork from this process where no section has started threads yet
+        ("packed_sp", lambda: packed_sp_verdicts(TOLERANCES["float32"].output, seed,
+                                                 Path(options.work_dir) / NAME, options.max_ranks)),
         ("patched_vs_stock", lambda: patched_vs_stock_verdicts(patches, models, TOLERANCES, seed)),
         ("packed_vs_unpacked", lambda: packed_vs_unpacked(models, TOLERANCES, seed)),
         ("packed_stock_upstream", lambda: stock_upstream_verdicts(models, TOLERANCES["float32"], seed)),

@@ -205,6 +205,35 @@ def torchrun_command(nproc: int, module: str, args: list[str]) -> list[str]:
             "-m", module, *args]
 
 
+def rank_entry(main: Callable[[list[str]], int], argv: list[str]) -> None:
+    """A rank worker's `python -m` entry under torchrun: `main(argv)`'s exit code (1 on an exception, its
+    traceback to the log), without interpreter teardown (after the process group is gone an abort at exit was
+    seen otherwise)."""
+    code = 1
+    try:
+        code = main(argv)
+    except BaseException:  # noqa: BLE001 - the log gets the traceback, torchrun the exit code
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def run_job(main: Callable[[list[str]], int], module: str, args: list[str], nproc: int, log: Path,
+            timeout: float, env: dict[str, str]) -> tuple[bool, str]:
+    """`nproc` ranks each running `main(args)`: forked from this process where `fork_safe`, else a torchrun job
+    running `python -m module args`; (whether every rank exited 0 in time, "forked" or "torchrun")."""
+    if fork_safe():
+        return run_ranks(lambda: main(args), nproc, log, timeout, env).ok, "forked"
+    process = start_torchrun(torchrun_command(nproc, module, args), log, {**os.environ, **env})
+    try:
+        return wait_torchrun(process, timeout) == 0, "torchrun"
+    finally:  # the check itself stopped (timeout, signal): no rank may outlive it
+        if process.poll() is None:
+            stop_torchrun(process)
+
+
 def _terminated_with_this_check() -> None:
     if sys.platform == "linux":
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

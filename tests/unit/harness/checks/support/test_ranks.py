@@ -98,3 +98,33 @@ def test_the_job_is_terminated_when_the_check_that_started_it_dies(tmp_path):
     process.wait()
     _wait_for(marker, 10)
     assert marker.exists() and marker.read_text() == "SIGTERM"
+
+
+def test_a_job_where_forking_is_unsafe_runs_under_torchrun_with_the_check_s_environment(tmp_path, monkeypatch):
+    seen = {}
+
+    def command(nproc, module, args):
+        seen.update(nproc=nproc, module=module, args=args)
+        return [sys.executable, "-c", "import os; print('threads', os.environ['OMP_NUM_THREADS']); raise SystemExit(4)"]
+
+    monkeypatch.setattr(ranks, "fork_safe", lambda: False)
+    monkeypatch.setattr(ranks, "torchrun_command", command)
+    monkeypatch.setattr(ranks, "run_ranks", lambda *a, **k: pytest.fail("nothing may be forked"))
+    log = tmp_path / "job.log"
+    assert ranks.run_job(lambda argv: 0, "harness.checks.x", ["--out", "f"], 2, log, 30,
+                         {"OMP_NUM_THREADS": "1"}) == (False, "torchrun")
+    assert seen == {"nproc": 2, "module": "harness.checks.x", "args": ["--out", "f"]}
+    assert log.read_text().strip() == "threads 1"
+
+
+def test_a_job_where_forking_is_safe_forks_the_entry_with_its_arguments(tmp_path, monkeypatch):
+    calls = []
+
+    def forked(target, nproc, log, timeout, env):
+        calls.append((target(), nproc, env))
+        return ranks.RanksOutcome([0] * nproc, False, 0.0)
+
+    monkeypatch.setattr(ranks, "fork_safe", lambda: True)
+    monkeypatch.setattr(ranks, "run_ranks", forked)
+    assert ranks.run_job(lambda argv: len(argv), "m", ["a", "b"], 2, tmp_path / "l", 30, {}) == (True, "forked")
+    assert calls == [(2, 2, {})]
