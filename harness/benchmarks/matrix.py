@@ -12,6 +12,7 @@ pays for downloads. Each run is `harness run --no-report` followed by `harness r
 A flag the harness does not have is left out and named under "harness_lacks", not a crash.
 
     python -m harness.benchmarks.matrix [--matrix-file F] [--matrix-cells ID ...] [--matrix-tags TAG ...]
+                                        [--matrix-defaults-only]
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ class Slice:
     cells: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
+    serial: bool = True  # also the serial run (old_way); without it the defaults and their warm rerun only
 
 
 def harness_accepts(flags: tuple[str, ...]) -> bool:
@@ -171,13 +173,16 @@ def bench(chosen: Slice, work: Path) -> dict:
     figures: dict = {**provenance.stamp(), "matrix": chosen.matrix_file.name,
                      "cells": ids, "checks": list(chosen.checks) or "the matrix's",
                      "harness_lacks": old_lacks + new_lacks, "uv_cache_warm_up_s": warm_uv_cache(cells, work / "warm")}
-    figures["old_way"] = timed_run("old-way", chosen, ids, old_flags, work / "old", work / "old-envs", work)
+    if chosen.serial:
+        figures["old_way"] = timed_run("old-way", chosen, ids, old_flags, work / "old", work / "old-envs", work)
     figures["new_way"] = timed_run("new-way", chosen, ids, new_flags, work / "new", work / "new-envs", work)
     new_cold = _keep_cells(work / "new", work / "new-cold") if (work / "new" / "cells").is_dir() else work / "new-cold"
     figures["warm_rerun"] = timed_run("warm-rerun", chosen, ids, new_flags, work / "new", work / "new-envs", work)
-    figures["old_to_new_ratio"] = round(figures["old_way"]["wall_s"] / max(figures["new_way"]["wall_s"], 1e-3), 2)
-    figures["verdicts"] = {"old_vs_new": verdicts(work / "old", new_cold),
-                           "new_vs_warm_rerun": verdicts(new_cold, work / "new")}
+    figures["verdicts"] = {"new_vs_warm_rerun": verdicts(new_cold, work / "new")}
+    if chosen.serial:
+        figures["old_to_new_ratio"] = round(figures["old_way"]["wall_s"] / max(figures["new_way"]["wall_s"], 1e-3),
+                                            2)
+        figures["verdicts"] = {"old_vs_new": verdicts(work / "old", new_cold), **figures["verdicts"]}
     return figures
 
 
@@ -187,12 +192,14 @@ def _row(label: str, values: list) -> str:
 
 def describe(figures: dict) -> str:
     """The side-by-side table a person reads: wall time, load, and the breakdown of each run."""
-    runs = [figures[k] for k in ("old_way", "new_way", "warm_rerun")]
+    labels = [label for key, label in (("old_way", "old way"), ("new_way", "new way"), ("warm_rerun", "warm rerun"))
+              if key in figures]
+    runs = [figures[k] for k in ("old_way", "new_way", "warm_rerun") if k in figures]
     lines = [f"matrix {figures['matrix']}: {len(figures['cells'])} cells; {figures['machine']['cores']} cores "
              f"({figures['machine']['cpu']}), {figures['machine']['memory_gib']} GiB",
              *(["harness lacks: " + ", ".join(figures["harness_lacks"]) + " (ran without them)"]
                if figures["harness_lacks"] else []),
-             _row("", ["old way", "new way", "warm rerun"]),
+             _row("", labels),
              _row("wall s (run + report)", [r["wall_s"] for r in runs]),
              _row("exit status", [r["exit_status"] for r in runs]),
              _row("load average at start / end", [f"{r['load_average_start'][0]}/{r['load_average_end'][0]}"
@@ -207,8 +214,8 @@ def describe(figures: dict) -> str:
         lines.append(_row(f"  {check} s (ran/reused)", [f"{t['seconds']:.1f} ({t['ran']}/{t['reused']})"
                                                          for t in tallies]))
     lines.append(_row("  report s", [r["report_s"] for r in runs]))
-    lines.append(f"old / new: {figures['old_to_new_ratio']}x")
-    labels = ("old way", "new way", "warm rerun")
+    if "old_to_new_ratio" in figures:
+        lines.append(f"old / new: {figures['old_to_new_ratio']}x")
     lines += [f"{label}: {run['jobs']}" for label, run in zip(labels, runs) if run["jobs"]]
     for pair, found in figures["verdicts"].items():
         lines.append(f"verdicts {pair.replace('_', ' ')}: " + (found if isinstance(found, str) else
@@ -221,6 +228,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--matrix-cells", nargs="+", default=(), metavar="ID", help="cells by id (default: all)")
     parser.add_argument("--matrix-tags", nargs="+", default=(), metavar="TAG", help="cells with any of these tags")
     parser.add_argument("--matrix-checks", nargs="+", default=(), metavar="NAME", help="only these checks")
+    parser.add_argument("--matrix-defaults-only", action="store_true",
+                        help="leave out the serial run: the defaults cold, then their warm rerun")
     parser.add_argument("--matrix-work", type=Path, default=None,
                         help="keep the runs' results and environments here (default: a temporary directory)")
 
@@ -228,7 +237,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def slice_from_args(args: argparse.Namespace) -> Slice:
     """The slice the arguments name; InputError, before anything runs, when a cell id or tag matches nothing
     or --matrix-work is not empty."""
-    chosen = Slice(args.matrix_file, tuple(args.matrix_cells), tuple(args.matrix_tags), tuple(args.matrix_checks))
+    chosen = Slice(args.matrix_file, tuple(args.matrix_cells), tuple(args.matrix_tags), tuple(args.matrix_checks),
+                   serial=not args.matrix_defaults_only)
     matrices.load(chosen.matrix_file).select(list(chosen.cells) or None, list(chosen.tags) or None)
     if args.matrix_work is not None and args.matrix_work.exists() and any(args.matrix_work.iterdir()):
         raise InputError(f"--matrix-work {args.matrix_work}: not empty (each way needs fresh directories)")

@@ -34,3 +34,24 @@ def test_an_unknown_cell_stops_the_bench_before_it_measures(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "no-such-cell" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "f.json").exists()
+
+
+def test_defaults_only_leaves_out_the_serial_run_and_says_nothing_of_a_ratio(tmp_path, monkeypatch):
+    """--matrix-defaults-only: the defaults cold and their warm rerun, no serial run, and the table reads."""
+    ran = []
+
+    def timed_run(label, chosen, ids, flags, out, env_root, work):
+        ran.append(label)
+        return {"wall_s": 1.0, "exit_status": 0, "load_average_start": [0.1], "load_average_end": [0.1],
+                "cells_run": len(ids), "cells_kept": 0, "phases_s": {}, "checks": {}, "report_s": 0.1, "jobs": ""}
+
+    monkeypatch.setattr(matrix_bench, "timed_run", timed_run)
+    monkeypatch.setattr(matrix_bench, "warm_uv_cache", lambda cells, scratch: 0.0)
+    monkeypatch.setattr(matrix_bench, "verdicts", lambda first, second: "identical")
+    chosen = matrix_bench.Slice(ROOT / "matrices" / "cpu.toml", tags=("smoke",), serial=False)
+    figures = matrix_bench.bench(chosen, tmp_path)
+    assert ran == ["new-way", "warm-rerun"]
+    assert "old_way" not in figures and "old_to_new_ratio" not in figures
+    assert figures["verdicts"] == {"new_vs_warm_rerun": "identical"}
+    table = matrix_bench.describe(figures)
+    assert "old way" not in table and "new way" in table and "warm rerun" in table
