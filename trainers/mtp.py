@@ -147,7 +147,10 @@ def as_text(state: dict) -> tuple[dict, dict]:
         return dict(state), {}
     text, rest = {}, {}
     for name, tensor in state.items():
-        if name.startswith(LANGUAGE_MODEL):
+        # transformers 5.5 writes the vision tower under the language model's prefix (`model.language_model.visual.`)
+        if name.startswith(LANGUAGE_MODEL + "visual."):
+            rest[name] = tensor
+        elif name.startswith(LANGUAGE_MODEL):
             text["model." + name[len(LANGUAGE_MODEL):]] = tensor
         elif name.startswith(PREFIX) or not name.startswith("model."):  # mtp.*, lm_head: top level in both
             text[name] = tensor

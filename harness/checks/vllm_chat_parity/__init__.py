@@ -133,8 +133,9 @@ def run_with(engine: dict, ours=trainer_parse, trainer=rendering.trainer_render)
         malformed = _verdict("tool-calls-malformed", compare_outputs(bad, tools, tok, ours), len(bad), engine,
                              "malformed or hostile outputs", label)
         if ours is trainer_parse and malformed.status is Status.FAIL:
-            malformed.message = ("verl's Qwen3XMLToolParser (which the trainer's parser follows) and " + label
-                                 + " differ: " + malformed.message)
+            # the project's parser ran, not verl's: verl's own parser gives the `verl:` verdicts in verl rows
+            malformed.message = ("the trainer's tool-call parser (this project's code, written to behave as verl's "
+                                 "Qwen3XMLToolParser) and " + label + " differ: " + malformed.message)
         if Path(sentinel).exists():
             malformed.status = Status.FAIL
             malformed.message = "a parser evaluated model output (the sentinel file was created); " + malformed.message

@@ -42,7 +42,17 @@ def test_a_vl_checkpoint_moves_to_the_text_names_and_back(tmp_path):
     mtp.save_checkpoint(model, tmp_path)
     state = mtp.read_checkpoint(tmp_path)
     text, vision = mtp.as_text(state)
-    assert vision and all(k.startswith("model.visual.") for k in vision)
+    assert vision and all(k.startswith(("model.visual.", "model.language_model.visual.")) for k in vision)
     assert "model.embed_tokens.weight" in text and "mtp.fc.weight" in text and "lm_head.weight" in text
     assert mtp.as_released(text, vl=True).keys() == state.keys() - vision.keys()
     assert mtp.as_text(text) == (text, {})  # a text checkpoint comes back whole
+
+
+def test_a_vision_tower_written_under_the_language_models_prefix_stays_outside_the_text_names():
+    """transformers 5.5.3 saves the Qwen3.5 VL vision tower as `model.language_model.visual.*`: still the vision
+    tower, never a language-model tensor the text mapping would be asked to convert."""
+    state = {"model.language_model.visual.blocks.0.attn.qkv.weight": 1, "model.language_model.norm.weight": 2,
+             "mtp.fc.weight": 3, "lm_head.weight": 4}
+    text, vision = mtp.as_text(state)
+    assert vision == {"model.language_model.visual.blocks.0.attn.qkv.weight": 1}
+    assert text == {"model.norm.weight": 2, "mtp.fc.weight": 3, "lm_head.weight": 4}
