@@ -162,7 +162,7 @@ def verdict() -> Verdict:
         errors = {kind: compare(kind) for kind in BATCHES}
         tis = rollout_correction()
     except Exception as exc:  # noqa: BLE001 - verl's math raising on this stack is its outcome here
-        return verl.verdict(PART, Status.FAIL, f"verl's GRPO math raises {verl.describe(exc)}", ran)
+        return verl.verdict(PART, Status.FAIL, f"verl's GRPO math raises {verl.describe(exc)}", ran, raised=exc)
     metrics = {"selected": SELECTED, "verl_defaults": defaults, "tolerance": ATOL, "max_abs_errors": errors,
                "rollout_correction_tis": tis, "no_project_counterpart": NO_COUNTERPART}
     differs = {kind: max(err.values()) for kind, err in errors.items() if max(err.values()) > ATOL}

@@ -194,7 +194,8 @@ def case_verdict(name: str, lengths: tuple[int, ...], mrope: bool) -> Verdict:
         why = verl.unrunnable(exc)
         if why:
             return verl.verdict(part, Status.SKIP, why, recorded)
-        return verl.verdict(part, Status.FAIL, f"verl's chunking raises {verl.describe(exc)}", recorded, evidence)
+        return verl.verdict(part, Status.FAIL, f"verl's chunking raises {verl.describe(exc)}", recorded, evidence,
+                            raised=exc)
     return verl.verdict(part, Status.PASS, f"every row intact through verl's chain ({len(lengths)} rows, {DP} "
                         "workers, dynamic and static micro-batches, packed and padded model inputs)", ran(fns),
                         evidence)

@@ -95,6 +95,6 @@ def verdict() -> Verdict:
                             ran)
     except Exception as exc:  # noqa: BLE001 - verl's code raising on this stack is its outcome here
         return verl.verdict(PART, Status.FAIL, f"verl's chunk and concat raise {verl.describe(exc)}",
-                            ran)
+                            ran, raised=exc)
     return verl.verdict(PART, Status.PASS, f"settings and labels intact in every chunk; the ranks' outputs joined in "
                         f"row order, metrics read back as one dict ({kept})", ran)

@@ -81,18 +81,22 @@ def qualname(function: Callable[..., Any]) -> str:
 
 
 def verdict(part: str, status: Status, message: str, ran: Iterable[Callable[..., Any]],
-            metrics: dict[str, Any] | None = None, emulated: bool = False) -> Verdict:
+            metrics: dict[str, Any] | None = None, emulated: bool = False,
+            raised: BaseException | None = None) -> Verdict:
     """A verdict named `verl:<part>`, recording the verl functions it ran and where the row stands against verl's
-    declared range (an outside row says so in the message: the reader tells an unsupported stack from a break)."""
+    declared range (an outside row says so in the message: the reader tells an unsupported stack from a break).
+    `raised`: the exception the part ended with; where verl's own code raised it (an import of verl's module
+    included), its file:line is recorded as what of verl ran."""
     status_of_range = range_status()
     names = [qualname(fn) for fn in ran]
     outside = outside_range(status_of_range)
     text = f"verl {installed()}: {message}"
     if outside:
         text += "; outside verl's declared range: " + ", ".join(outside)
-    return Verdict(PREFIX + part, status, text, emulated=emulated,
-                   metrics={**(metrics or {}), "verl": {"release": installed(), "ran": names,
-                                                         "range": status_of_range}})
+    record = {"release": installed(), "ran": names, "range": status_of_range}
+    if raised is not None and verl_frame(raised):
+        record["raised_in"] = verl_frame(raised)
+    return Verdict(PREFIX + part, status, text, emulated=emulated, metrics={**(metrics or {}), "verl": record})
 
 
 def _verl_root() -> Path | None:
@@ -130,11 +134,15 @@ def attributed(result_verdict: Verdict) -> Verdict:
     if not result_verdict.name.startswith(PREFIX):
         return result_verdict
     root = _verl_root()
-    ran = (result_verdict.metrics.get("verl") or {}).get("ran") or []
+    record = result_verdict.metrics.get("verl") or {}
+    ran = record.get("ran") or []
     foreign = [name for name in ran if root is None or not name.startswith("verl.")
                or (path := _loaded_from(name)) is None or root not in path.parents]
-    if root is not None and not foreign and (ran or result_verdict.status is Status.SKIP):
-        return result_verdict  # a skip claims nothing of verl's code: it may record none
+    # A skip claims nothing of verl's code: it may record none. A failure raised inside verl's own code (its
+    # file:line recorded) is verl's outcome, even where no function of it returned.
+    raised_by_verl = result_verdict.status.is_failure and str(record.get("raised_in", "")).startswith("verl/")
+    if root is not None and not foreign and (ran or result_verdict.status is Status.SKIP or raised_by_verl):
+        return result_verdict
     why = ("verl is not installed" if root is None else "it records no verl function" if not ran
            else f"it ran {', '.join(foreign)}, not the installed verl's code")
     return Verdict(result_verdict.name, Status.FAIL, f"named for verl but {why} (its result was: "

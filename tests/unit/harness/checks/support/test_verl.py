@@ -190,3 +190,19 @@ def test_without_a_registry_torch_answers_verls_current_device(fake_verl, monkey
     assert torch.cpu.current_device() == "cpu"
     verl.use_cpu_platform(torch.device("cpu", 0))
     assert torch.cpu.current_device() == torch.device("cpu", 0)
+
+
+def test_a_failure_raised_inside_verls_own_code_is_verls_outcome_and_one_raised_elsewhere_is_not(fake_verl):
+    """verl 0.8.0's import of pyarrow failing inside verl/utils/dataset/rl_dataset.py: verl's code ran (and raised)
+    though no function of it returned; the verdict keeps its own message. An exception raised outside verl gives
+    the part nothing of verl's, so the guard still fails it with its own words."""
+    exc = _raise_from_verl(fake_verl, "raise ImportError('pyarrow requires NumPy 2.0 or newer')")
+    own = verl.verdict("chunking/jagged", Status.FAIL, f"verl's chunking raises {verl.describe(exc)}", [], raised=exc)
+    assert own.metrics["verl"]["raised_in"] == "verl/attention_utils.py:2"
+    assert verl.attributed(own) is own
+    try:
+        raise ImportError("not verl's")
+    except ImportError as outside:
+        foreign = verl.verdict("chunking/jagged", Status.FAIL, "raises", [], raised=outside)
+    assert "raised_in" not in foreign.metrics["verl"]
+    assert verl.attributed(foreign).message.startswith("named for verl but it records no verl function")
