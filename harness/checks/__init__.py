@@ -128,7 +128,7 @@ VERDICTS: dict[str, tuple[str, ...]] = {
     "grpo-convergence": ("threshold", "gain", "band"),
     "vllm-chat-parity": ("tool-calls", "tool-calls-malformed", "chat-rendering"),
     "verl-tests": ("tests/*.py",),  # one of verl's own test files
-    "multi-turn-tokens": ("trainer/*", "verl:multi-turn-tokens/*"),
+    "multi-turn-tokens": ("trainer/*", "verl:multi-turn-tokens*"),
     "gate-precision": ("upstream", "trainer", "upstream/load", "verl:fsdp2-policy"),
 }
 # In a verl row, a check with a verl counterpart also gives `verl:` verdicts (support/verl.py).

@@ -56,7 +56,7 @@ def _judge(plan, verdict: str, reasons: str) -> tuple[Status, str]:
 def run(options: CheckOptions) -> CheckResult:
     result = shipped_plans()
     if verl.installed():  # a verl row: verl's own Qwen3.5 example scripts of that release too
-        result = verl_plans.add(result, verl_plans.verdicts())
+        result = verl_plans.add(result, verl.guarded("plans", verl_plans.verdicts))
     return result
 
 

@@ -100,7 +100,7 @@ def run(options: CheckOptions) -> CheckResult:
         if verl.installed():
             from harness.checks.gate_precision import verl_policy
 
-            found.append(verl_policy.verdict(options, plan, mesh))
+            found += verl.guarded("fsdp2-policy", lambda: [verl_policy.verdict(options, plan, mesh)])
     status = verdicts.overall(found)
     by_name = {v.name: v for v in found}
     message = (f"upstream {by_name['upstream'].status.value}, trainer {by_name['trainer'].status.value}, "

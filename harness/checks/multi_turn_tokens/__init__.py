@@ -92,7 +92,7 @@ def run(options: CheckOptions) -> CheckResult:
     for template in chosen:
         verdicts.append(trainer_verdict(template))
         if with_verl:
-            verdicts.extend(verl_verdicts(template))
+            verdicts.extend(verl.guarded("multi-turn-tokens", lambda t=template: verl_verdicts(t)))
     failed = [v for v in verdicts if v.status.is_failure]
     status = Status.FAIL if failed else Status.AFFECTED if any(v.status is Status.AFFECTED for v in verdicts) \
         else Status.PASS

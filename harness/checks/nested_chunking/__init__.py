@@ -63,7 +63,7 @@ def run(options: CheckOptions) -> CheckResult:
     verl_seconds = None
     if verl.installed():  # a verl row: verl's own chunking of its batches too
         verl_started = time.perf_counter()
-        verdicts += verl_chain.verdicts()
+        verdicts += verl.guarded("chunking", verl_chain.verdicts)
         verl_seconds = round(time.perf_counter() - verl_started, 3)  # importing verl (and Ray) most of it
 
     status = _overall(verdicts)

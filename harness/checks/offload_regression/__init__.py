@@ -123,8 +123,11 @@ def run(options: CheckOptions, *, trainer_method: str = "project", real_fsdp: bo
     if real_fsdp and verl.installed():  # a verl row: verl's FSDP2 set-up and step beside the project's
         from harness.checks.offload_regression.verl_verdicts import verl_part
 
-        verl_verdicts, metrics["verl"] = verl_part(options, plan, out_dir)
-        verdicts += verl_verdicts
+        def part() -> list:
+            found, metrics["verl"] = verl_part(options, plan, out_dir)
+            return found
+
+        verdicts += verl.guarded("offload", part)
     verdicts.sort(key=_order)
     status = overall(verdicts)
     by_name = {v.name: v for v in verdicts}

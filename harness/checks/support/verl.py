@@ -214,6 +214,22 @@ def unrunnable(exc: BaseException) -> str | None:
             f"an accelerator ({ACCELERATOR_ONLY[package]} runs this part)")
 
 
+def guarded(part: str, produce: Callable[[], list[Verdict]]) -> list[Verdict]:
+    """A check's verl verdicts from `produce`. Where verl's own code raises before it gives any (its modules do not
+    import on the row's stack: verl 0.8.0's datasets against NumPy 1), one verdict `verl:<part>` says so: a skip
+    where verl needs a package only accelerators have, else a failure recording verl's file:line. The check's own
+    verdicts stand either way. An exception raised outside verl's code is the check's (raised again)."""
+    try:
+        return produce()
+    except Exception as exc:
+        why = unrunnable(exc)
+        if why:
+            return [verdict(part, Status.SKIP, why, [])]
+        if verl_frame(exc) is None:
+            raise
+        return [verdict(part, Status.FAIL, f"verl's code raises {describe(exc)}", [], raised=exc)]
+
+
 def describe(exc: BaseException) -> str:
     """An exception from verl's code in one line: its class, verl's file:line nearest the raise, its first line."""
     first = (str(exc).splitlines() or [""])[0][:200]

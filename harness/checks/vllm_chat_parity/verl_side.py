@@ -128,7 +128,7 @@ def verdicts(engine: dict | None, vllm_parse: Callable) -> list[Verdict]:
 def add(result: CheckResult, engine: dict | None, vllm_parse: Callable) -> CheckResult:
     """The check's result with this row's verl verdicts: a failing one fails it; in a row without vLLM (the check
     itself skipped) the verl verdicts are its outcome."""
-    made = verdicts(engine, vllm_parse)
+    made = verl.guarded("tool-calls", lambda: verdicts(engine, vllm_parse))
     result.verdicts += made
     failed = [v for v in made if v.status is Status.FAIL]
     summary = "; ".join(v.message for v in failed) or \

@@ -206,3 +206,31 @@ def test_a_failure_raised_inside_verls_own_code_is_verls_outcome_and_one_raised_
         foreign = verl.verdict("chunking/jagged", Status.FAIL, "raises", [], raised=outside)
     assert "raised_in" not in foreign.metrics["verl"]
     assert verl.attributed(foreign).message.startswith("named for verl but it records no verl function")
+
+
+def test_verl_code_that_raises_before_giving_verdicts_is_one_verdict_not_the_checks_error(fake_verl):
+    """A check's verl part whose verl modules do not import (verl 0.8.0's datasets against NumPy 1): one failing
+    `verl:<part>` with verl's file:line, which the guard keeps; flash_attn missing is a skip; a raise outside
+    verl's code is the check's own error."""
+    (fake_verl / "verl" / "rl_dataset.py").write_text("raise ImportError('pyarrow requires NumPy 2.0 or newer')\n")
+
+    def part():
+        import verl.rl_dataset  # noqa: F401
+
+    made, = verl.guarded("chunking", part)
+    assert made.name == "verl:chunking" and made.status is Status.FAIL
+    assert "verl's code raises ImportError at verl/rl_dataset.py:1: pyarrow requires NumPy 2.0" in made.message
+    assert verl.attributed(made) is made
+    (fake_verl / "verl" / "padding.py").write_text("import flash_attn.bert_padding\n")
+
+    def needs_gpu():
+        import verl.padding  # noqa: F401
+
+    skipped, = verl.guarded("chunking", needs_gpu)
+    assert skipped.status is Status.SKIP and "imports flash_attn" in skipped.message
+
+    def ours():
+        raise KeyError("a harness bug")
+
+    with pytest.raises(KeyError):
+        verl.guarded("chunking", ours)
