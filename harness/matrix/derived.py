@@ -71,11 +71,13 @@ class Declarations:
 
 
 def substitute(combos: dict[str, dict[str, str]], extra_for: dict[str, tuple], python: str | None,
-               lookup: Callable[..., str], fail: Callable[[str, str], Exception]) -> None:
-    """Replace every derived value in `combos` (cell id -> axes) by the release it names, re-keying the cells.
+               lookup: Callable[..., str], fail: Callable[[str, str], Exception]) -> dict[str, tuple[str, ...]]:
+    """Replace every derived value in `combos` (cell id -> axes) by the release it names, re-keying the cells;
+    returns the derived axes of each cell that has some, by its new id.
     `lookup(source distribution, its version, target distribution, python, extra)` (Declarations.exact)."""
     from .newest import harness_python
 
+    derived_of: dict[str, tuple[str, ...]] = {}
     for cid in list(combos):
         axes = combos[cid]
         derived = {a: source_axis(v) for a, v in axes.items() if a in ax.PACKAGE_AXES and source_axis(v)}
@@ -99,3 +101,5 @@ def substitute(combos: dict[str, dict[str, str]], extra_for: dict[str, tuple], p
                                             "once read from its pins")
         combos[new] = combos.pop(cid)
         extra_for[new] = extra_for.pop(cid)
+        derived_of[new] = tuple(sorted(derived))
+    return derived_of

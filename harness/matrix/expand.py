@@ -57,6 +57,7 @@ class Cell:
     install: InstallRecipe = InstallRecipe()  # steps after the pins are installed (from [[include]])
     resolved: tuple = ()  # newest.Resolution per axis whose symbol (`newest`...) was resolved at run start
     max_ranks: int | None = None  # [matrix] max_ranks: the most ranks one check may start (None: no limit)
+    derived_axes: tuple[str, ...] = ()  # axes read from another release's declared pins (as-pinned-by-AXIS)
 
     def symbolic_axes(self) -> dict[str, str]:
         """Package axes whose value is a symbol such as `newest`, not yet resolved."""
@@ -81,10 +82,12 @@ class Cell:
             record["outside_range"] = [o.to_dict() for o in self.install.outside]
         return record
 
-    def pinned_releases(self) -> dict[str, str]:
-        """Distribution -> exact version of every release this cell pins (axes and extra pins)."""
+    def pinned_releases(self, written_only: bool = False) -> dict[str, str]:
+        """Distribution -> exact version of every release this cell pins (axes and extra pins); `written_only`:
+        without the pins read from another release's declarations (as-pinned-by-AXIS), which are that release's."""
         pins = {dist: self.axes[axis] for axis, dist in ax.PACKAGE_AXES.items()
-                if axis in self.axes and not sources.is_source(self.axes[axis])}  # a git source is no release
+                if axis in self.axes and not sources.is_source(self.axes[axis])  # a git source is no release
+                and not (written_only and axis in self.derived_axes)}
         for value in self.extra_requirements:
             req = Requirement(value)  # validated as an exact pin when the matrix was loaded
             pins[req.name] = next(iter(req.specifier)).version
@@ -367,9 +370,10 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
             raise ld.error(f"include.{orphan}", f"{axes[orphan]!r}: an extra of {ax.EXTRA_AXES[orphan]}, which the "
                                                 "cell does not install")
     declarations = derived.Declarations(path)  # releases' declared requirements, read only where needed
+    derived_axes: dict[str, tuple[str, ...]] = {}
     if any(derived.source_axis(v) for axes in combos.values() for v in axes.values()):  # as-pinned-by-AXIS
-        derived.substitute(combos, extra_for, python, declarations.exact,
-                           lambda axis, what: ld.error(f"include.{axis}", what))
+        derived_axes = derived.substitute(combos, extra_for, python, declarations.exact,
+                                          lambda axis, what: ld.error(f"include.{axis}", what))
 
     defaulted = set()  # rules see [matrix] python as the interpreter of cells that name none; their ids do not
     for cid, axes in combos.items():
@@ -415,7 +419,8 @@ def _build(path: Path, text: str, data: dict) -> Matrix:
         own_checks = tuple(c for c in checks if c not in CHECKS or all(a in axes for a in CHECKS[c].needs_axes))
         cells.append(Cell(name, cid, named, tuple(sorted(tags)), own_checks,
                           tuple(k for k in known if k.when.matches(axes)), runner, extras,
-                          axes.get(ax.PYTHON_AXIS), recipe, max_ranks=max_ranks))
+                          axes.get(ax.PYTHON_AXIS), recipe, max_ranks=max_ranks,
+                          derived_axes=derived_axes.get(cid, ())))
     return Matrix(path, name, str(meta.get("description", "")), tuple(checks), float(timeout) if timeout else None,
                   default_runner, meta.get("python"), memory, cells, notes, known, standing, offline,
                   tuple(benchmarks))

@@ -168,9 +168,12 @@ def check_releases(requirements: dict[str, set[str]], where: str | Callable[[str
 
 
 def check_cells(cells, where: str | Callable[[str, str], str], index: PackageIndex | None = None) -> None:
-    """check_releases for every release `cells` pin (their axes, extra pins and recipe pins; a git source is none)."""
+    """check_releases for every release `cells` pin as the matrix writes it (axes, extra pins and recipe pins; a
+    git source is none). A pin read from another release's declarations (as-pinned-by-AXIS: verl 0.9.1's
+    [megatron] extra pins megatron-bridge 0.5.2, which the index lacks) is that release's finding, which the
+    cell's install verdict reports, never bad input."""
     wanted: dict[str, set[str]] = {}
     for cell in cells:
-        for dist, version in cell.pinned_releases().items():
+        for dist, version in cell.pinned_releases(written_only=True).items():
             wanted.setdefault(dist, set()).add(version)
     check_releases(wanted, where, index)

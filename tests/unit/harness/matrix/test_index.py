@@ -36,3 +36,22 @@ def test_a_missing_package_is_an_input_error(index):
 
 def test_existing_releases_pass(index):
     check_releases({"transformers": {"5.3.0"}, "torch": {"2.13.0"}}, "m.toml", index)
+
+
+def test_a_pin_read_from_another_releases_declarations_is_its_finding_not_bad_input(tmp_path, monkeypatch):
+    """verl 0.9.1's [vllm] extra pins vllm 0.24.0; where the index lacks it, the cell's install verdict says so
+    (pre-flight, run), and the matrix is not refused. A release the matrix writes itself that the index lacks is."""
+    from verl_index import verl_index, write_matrix
+
+    from harness import matrix
+    from harness.matrix.index import check_cells
+
+    fake = verl_index(tmp_path, monkeypatch)  # no vllm on this index
+    m = matrix.load(write_matrix(tmp_path, '[[include]]\nverl = "0.9.1"\nverl_extra = "vllm"\n'
+                                           'vllm = "as-pinned-by-verl"\ntransformers = "5.9.0"\n'))
+    cell = next(c for c in m.cells if "verl" in c.axes)
+    assert cell.axes["vllm"] == "0.24.0" and "vllm" in cell.derived_axes
+    check_cells([cell], m.locate, PackageIndex(fake.url, []))  # not raised: vllm 0.24.0 is verl's pin
+    written = matrix.load(write_matrix(tmp_path, '[[include]]\nverl = "0.9.1"\ntransformers = "5.10.0"\n'))
+    with pytest.raises(InputError, match="transformers 5.10.0 does not exist"):
+        check_cells(written.cells, written.locate, PackageIndex(fake.url, []))
