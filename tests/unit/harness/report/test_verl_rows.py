@@ -61,8 +61,8 @@ def test_a_verl_row_names_verls_code_and_this_projects(offload_has_a_verl_counte
 
 
 def test_without_a_counterpart_every_check_is_the_projects():
-    assert verl_rows.code_split(["stack-smoke", "grpo-convergence", "not-a-check"]) == (
-        "this project's code: stack-smoke, grpo-convergence, not-a-check (no verl counterpart)")
+    assert verl_rows.code_split(["stack-smoke", "bridge-parity", "not-a-check"]) == (
+        "this project's code: stack-smoke, bridge-parity, not-a-check (no verl counterpart)")
 
 
 def test_the_verl_box_comes_first_with_the_install_line_the_row_used():
