@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
 
@@ -18,11 +19,17 @@ def pip_config() -> dict[str, str]:
 
     Scopes are listed in pip's own precedence order, so a later scope overrides an earlier one.
     """
-    try:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             timeout=60, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
+    out = ""
+    # This interpreter's pip, else the machine's: an environment made by uv has no pip, and the machine's pip
+    # configuration (its find-links, its constraints) must read the same from every interpreter the harness runs in.
+    for pip in ([sys.executable, "-m", "pip"], [shutil.which("pip3") or "pip3"], [shutil.which("pip") or "pip"]):
+        try:
+            done = subprocess.run([*pip, "config", "list"], capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            out = done.stdout
+            break
     values: dict[str, str] = {}
     for line in out.splitlines():
         key, sep, value = line.partition("=")
