@@ -12,6 +12,7 @@ import fnmatch
 import importlib
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,7 +167,9 @@ class CheckOptions:
     steps: int | None = None
     model_config: Path | None = None
     mode: str = "sync"  # the cell's mode axis: sync or fully-async (grpo-convergence reads it)
-    work_dir: Path = field(default_factory=lambda: Path("."))  # where a check may write artifacts
+    # where a check may write artifacts; by default a fresh scratch folder, never the current directory (work
+    # files left in a checkout end up committed)
+    work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="harness-check-")))
     max_ranks: int | None = None  # the most ranks a check may start at once ([matrix] max_ranks); None: no limit
 
 
