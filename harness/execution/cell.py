@@ -329,22 +329,31 @@ def _finish(result: CellResult, cell: Cell, opts: RunOptions, start: float) -> C
 
 
 def apply_known_failures(result: CheckResult, cell: Cell, today: dt.date | None = None) -> CheckResult:
-    """Turn a failure that the matrix declares as known into `xfail`, keeping the original status.
+    """Turn a failure that the matrix declares as known into `xfail`, keeping the original status: a whole-check
+    entry, or verdict entries covering every failing verdict (another verdict failing keeps the check failed).
 
     Starts from the check's own result, so that applied again to a reused result it follows the
     matrix as it is now (an entry deleted or expired since no longer counts)."""
     result = clear_known_failure(result)
     if did_not_run(result):  # nothing to apply, and no "stale": a check that did not run cannot have stopped failing
         return result
-    for known in cell.known_failures:
-        if known.check != result.check:
-            continue
-        failing = result.status.is_failure if known.verdict is None else any(
-            v.name == known.verdict and v.status.is_failure for v in result.verdicts)
-        if failing and not known.expired(today):
-            result.original_status, result.status = result.status, Status.XFAIL
-            result.known_failure = known.to_dict()
-        elif failing:
+    entries = [known for known in cell.known_failures if known.check == result.check]
+    failing = {v.name for v in result.verdicts if v.status.is_failure}
+
+    def fails(known) -> bool:
+        return result.status.is_failure if known.verdict is None else known.verdict in failing
+
+    live = [known for known in entries if fails(known) and not known.expired(today)]
+    covered = any(k.verdict is None for k in live) or bool(failing) and failing <= {k.verdict for k in live}
+    if result.status.is_failure and live and covered:
+        result.original_status, result.status = result.status, Status.XFAIL
+        result.known_failure = live[0].to_dict()
+        return result
+    for known in entries:
+        if known in live:
+            result.known_failure = {**known.to_dict(), "state": "other verdicts fail too: "
+                                    + ", ".join(sorted(failing - {k.verdict for k in live}))}
+        elif fails(known):
             result.message += expired_note(known.expires.isoformat(), known.link)
             result.known_failure = {**known.to_dict(), "state": "expired"}
         else:

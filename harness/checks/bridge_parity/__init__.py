@@ -33,10 +33,15 @@ verdict. Each verdict names the bridge that converted the weights (message and m
 of every comparison is NaN where any is, and a non-finite gradient fails its verdict.
 Where megatron-bridge is installed three more jobs (TP=1, TP=2, EP=2) run Megatron-Bridge's own
 Qwen35Bridge and Qwen35MoEBridge end to end (library.py: its AutoBridge, provider, load and export), with
-four verdicts per model and job, `megatron-bridge/<model>-<job>/{roundtrip,logprobs,grads,project-mapping}`
-(megatron_bridge.py), and `megatron-bridge/vl` a skip naming the lines of its VL provider that build the
-vision tower from Transformer Engine. `roundtrip` and `project-mapping` measure Megatron-Bridge's
-conversion; `logprobs` and `grads` run its weights through layers that on CPU are this project's (the CPU
+five verdicts per model and job,
+`megatron-bridge/<model>-<job>/{roundtrip,logprobs,grads,project-mapping,mtp-roundtrip}` (megatron_bridge.py),
+and `megatron-bridge/vl` and `megatron-bridge/vl/mtp-roundtrip` skips naming the lines of its VL provider that
+build the vision tower from Transformer Engine. `roundtrip`, `project-mapping` and `mtp-roundtrip` measure
+Megatron-Bridge's conversion; `mtp-roundtrip` is MTP on: the case's model saved with one MTP layer, built by
+Megatron-Bridge's provider with its MTP block (on CPU in TE's layout, te_layout.mtp_block_spec: the provider's
+own asks for Transformer Engine's), loaded and exported by it, every tensor held to the checkpoint as above, and
+the Megatron MTP parameters it has no mapping for named. `logprobs` and `grads` run its weights through layers
+that on CPU are this project's (the CPU
 TE-layout spec, te_layout.py: MaskedGatedDeltaNet, CpuRMSNorm, CpuLayerNormColumnParallelLinear), with this
 project's logits and gradient reduction: they are marked emulated and name those stand-ins. On CPU two
 stand-ins make the run possible and each result records them: an import-only Transformer Engine for the one

@@ -9,6 +9,10 @@ only measures. Megatron-Bridge's conversion:
 - project: the Megatron weights Megatron-Bridge loaded against those of the project mapping
   (trainers/megatron/mapping.py) from the same HF weights, tensor by tensor (te_layout.project_name); NaN
   counts as a difference.
+- mtp (MTP on, `mtp_round_trip`): the same model saved with one MTP layer (trainers/mtp.py), built by the
+  provider with its MTP block, loaded and exported by Megatron-Bridge; every tensor, MTP included, against the
+  checkpoint under its released name (mtp.findings: unwritten, renamed, differs), and the Megatron MTP
+  parameters Megatron-Bridge has no mapping for. The VL bridge is not built (provider.vl_reason).
 And its weights run through layers that, on a CPU rank, are this project's (te_layout.py: the CPU TE-layout
 spec, MaskedGatedDeltaNet, CpuRMSNorm, CpuLayerNormColumnParallelLinear), with this project's logits
 (megatron_logits) and gradient reduction (trainers/megatron/grads.py): `layers` records which.
@@ -19,10 +23,11 @@ spec, MaskedGatedDeltaNet, CpuRMSNorm, CpuLayerNormColumnParallelLinear), with t
   either side is named (`nonfinite_grads`), and the worst error is NaN where any is.
 Under TP / EP each rank compares its own shards (gradients reduced as the trainer reduces them, grads.py)
 and the ranks' findings are merged (`_merged`); the export gives every rank the full tensors.
-The provider's CPU settings and the VL reason are provider.py's.
+The provider's CPU settings (with the MTP block's spec) and the VL reason are provider.py's.
 `--break` pieces (tests): mb-perturb (a weight changed after loading), mb-drop (the export loses a
 tensor), mb-mapping (A_log and dt_bias exchanged in Megatron-Bridge's mapping, both ways), mb-grad
-(Megatron's A_log gradients doubled).
+(Megatron's A_log gradients doubled), mb-mtp-drop and mb-mtp-rename (the MTP export loses `mtp.DROPPED`, or
+writes `mtp.RENAMED`'s tensor under another name).
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ from trainers.worst import differs, worst, worst_key
 
 # case -> (zoo model kind, the bridge class Megatron-Bridge must pick)
 CASES = {"text-hybrid": ("text", "Qwen35Bridge"), "moe-hybrid": ("moe", "Qwen35MoEBridge")}
-BREAKS = ("mb-perturb", "mb-drop", "mb-mapping", "mb-grad")
+BREAKS = ("mb-perturb", "mb-drop", "mb-mapping", "mb-grad", "mb-mtp-drop", "mb-mtp-rename")
 
 
 def _checkpoint(folder: Path) -> dict:
@@ -136,8 +141,54 @@ def compare(case: str, seed: int, broken: str | None, work: Path, on_cpu: bool =
     out["max_abs_logprob_error"] = float((hf_lp - mc_lp)[real].abs().max())
     out["finite"] = bool(torch.isfinite(mc_lp[real]).all())
     out.update(_gradients(hf, models, bridge, ids, mask, padding_idx, folder.with_name(folder.name + "-grads"), broken))
+    # last: saving the MTP checkpoint sets the model's mtp_num_hidden_layers
+    out["mtp"] = mtp_round_trip(hf, seed, broken, folder.with_name(folder.name + "-mtp"), on_cpu, tp, ep,
+                                kind == "moe" and tp > 1)
     out["seconds"] = round(time.perf_counter() - started, 3)
     return out
+
+
+def mtp_round_trip(hf, seed: int, broken: str | None, folder: Path, on_cpu: bool, tp: int, ep: int,
+                   sequence_parallel: bool) -> dict:
+    """MTP on, all Megatron-Bridge's: `hf` saved with one MTP layer as released checkpoints carry it
+    (trainers/mtp.py), its provider (mtp_num_layers from the HF config) building the model with megatron-core's
+    MTP block, `load_hf_weights`, `export_hf_weights`; every tensor against the checkpoint (mtp.findings), with
+    the Megatron MTP parameters its mapping registry has no entry for. Its (or megatron-core's) error, with the
+    line of its code that raised, is the result, with those parameters (0.6.2's load raises on one: a MoE MTP
+    layer's SequentialMLP experts)."""
+    import torch
+    from megatron.bridge import AutoBridge
+
+    from trainers import mtp as layout
+    from trainers.megatron.bridge import megatron_state
+
+    from . import mtp, provider
+    from .megatron_bridge import raising_line
+
+    started = time.perf_counter()
+    unmapped: list[str] = []
+    try:
+        layout.save_checkpoint(hf, folder, seed)
+        bridge = AutoBridge.from_hf_pretrained(str(folder), torch_dtype=torch.float32)
+        models, overrides = provider.build(bridge, on_cpu, tp, ep, sequence_parallel)
+        registry = bridge._model_bridge.mapping_registry()
+        megatron_mtp = sorted(n for n in megatron_state(models[0]) if n.startswith("mtp."))
+        unmapped = [n for n in megatron_mtp if registry.megatron_to_hf_lookup(n) is None]
+        bridge.load_hf_weights(models)
+        exported = {name: tensor.clone()
+                    for name, tensor in bridge.export_hf_weights(models, cpu=True, show_progress=False)}
+    except Exception as exc:  # Megatron-Bridge's (or megatron-core's) refusal of the MTP checkpoint is the finding
+        traceback.print_exc()
+        where = raising_line(exc)
+        return {"error": (f"{type(exc).__name__}: {exc}"[:1500] + (f" (raised at {where})" if where else "")),
+                "unmapped": unmapped[:20]}
+    if broken == "mb-mtp-drop":
+        exported.pop(mtp.DROPPED, None)
+    elif broken == "mb-mtp-rename" and mtp.RENAMED[0] in exported:
+        exported[mtp.RENAMED[1]] = exported.pop(mtp.RENAMED[0])
+    return {**mtp.findings(layout.read_checkpoint(folder), exported), "megatron_mtp_tensors": len(megatron_mtp),
+            "unmapped": unmapped[:20], "mtp_block_spec": "mtp_block_spec" in overrides,
+            "seconds": round(time.perf_counter() - started, 3)}
 
 
 def _against_project(hf, library: dict, tp: int, tp_rank: int, ep: int, ep_rank: int) -> dict:

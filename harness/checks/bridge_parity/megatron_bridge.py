@@ -3,17 +3,20 @@
 Megatron-Bridge (0.6+) registers Qwen35Bridge and Qwen35MoEBridge (megatron/bridge/models/qwen/
 qwen35_bridge.py) and Qwen35VLBridge (qwen_vl/qwen35_vl_bridge.py). Where megatron-bridge is installed,
 library.py runs on the ranks of three jobs (TP=1, TP=2, EP=2, as the project mapping's): Megatron-Bridge
-converts, the ranks measure. Four verdicts per model and job (`megatron-bridge/<model>-<tp1|tp2|ep2>/<aspect>`),
+converts, the ranks measure. Five verdicts per model and job (`megatron-bridge/<model>-<tp1|tp2|ep2>/<aspect>`),
 each naming the bridge class and release (`metrics["bridge"]`), in two kinds (`metrics["measures"]`):
-- Megatron-Bridge's conversion (CONVERSION): `roundtrip` (HF -> Megatron -> HF bitwise) and `project-mapping`
-  (Megatron-Bridge's Megatron weights equal the project mapping's);
+- Megatron-Bridge's conversion (CONVERSION): `roundtrip` (HF -> Megatron -> HF bitwise), `project-mapping`
+  (Megatron-Bridge's Megatron weights equal the project mapping's) and `mtp-roundtrip` (MTP on: the model saved
+  with one MTP layer, built with the provider's MTP block, every tensor back under its released name, judged by
+  mtp.verdict; the Megatron MTP parameters Megatron-Bridge has no mapping for are named);
 - its weights run through layers (RUN_ON_LAYERS): `logprobs` and `grads` (against HF, the project's
   tolerances). On a CPU rank those layers are this project's stand-ins for Transformer Engine's (STAND_INS:
   the CPU TE-layout spec with MaskedGatedDeltaNet, CpuRMSNorm and CpuLayerNormColumnParallelLinear), so the
   verdicts are marked emulated and name them; on every device the logits and the gradient reduction are this
   project's (PROJECT_CODE), and the message says so.
-A model whose bridge is not the one registered for it fails. `megatron-bridge/vl` is a skip whose reason
-is read from the installed code (the line that builds the vision tower from Transformer Engine modules).
+A model whose bridge is not the one registered for it fails. `megatron-bridge/vl` and
+`megatron-bridge/vl/mtp-roundtrip` are skips whose reason is read from the installed code (the line that builds
+the vision tower from Transformer Engine modules).
 megatron-bridge is installed only where the row pins it, so where `import megatron.bridge` fails every
 verdict is an error naming the exception and the line of Megatron-Bridge's code that raised it (found in the
 traceback): the row asked for it and it could not be measured.
@@ -28,6 +31,7 @@ import importlib.metadata
 import linecache
 import traceback
 
+from harness.checks.bridge_parity import mtp
 from harness.results.records import Status, Verdict
 
 PREFIX = "megatron-bridge/"
@@ -37,11 +41,14 @@ CASES = ("text-hybrid", "moe-hybrid")
 JOBS = {"megatron-bridge-tp1": (1, 1, CASES), "megatron-bridge-tp2": (2, 1, CASES),
         "megatron-bridge-ep2": (1, 2, ("moe-hybrid",))}
 CLASSES = {"text-hybrid": "Qwen35Bridge", "moe-hybrid": "Qwen35MoEBridge", "vl": "Qwen35VLBridge"}
-ASPECTS = ("roundtrip", "logprobs", "grads", "project-mapping")
-CONVERSION = ("roundtrip", "project-mapping")  # Megatron-Bridge's own load, export and mapping
+MTP = "mtp-roundtrip"  # the round trip of the same model saved with its MTP layer
+ASPECTS = ("roundtrip", "logprobs", "grads", "project-mapping", MTP)
+CONVERSION = ("roundtrip", "project-mapping", MTP)  # Megatron-Bridge's own load, export and mapping
 RUN_ON_LAYERS = ("logprobs", "grads")  # its weights through a forward and backward
 STAND_INS = ("the CPU TE-layout spec (bridge_parity/te_layout.py)", "MaskedGatedDeltaNet", "CpuRMSNorm",
              "CpuLayerNormColumnParallelLinear")
+MTP_STAND_IN = ("this project's te_layout.mtp_block_spec (TE's parameter layout from megatron-core's local modules; "
+                "the provider's asks for Transformer Engine's)")
 PROJECT_CODE = ("this project's logits (megatron_logits)", "gradient reduction (trainers/megatron/grads.py)")
 
 
@@ -128,7 +135,29 @@ def _aspects(case: str, data: dict, imported: dict, atol: float, rtol: float) ->
             message, on_stand_ins = f"bridge {bridge}'s weights {layers}", emulated
         out.append(Verdict(f"{PREFIX}{case}/{aspect}", status, f"{message}: {good if ok else bad}{wrong_class}",
                            metrics=metrics, emulated=on_stand_ins))
+    out.append(_mtp_verdict(case, data, imported, wrong_class))
     return out
+
+
+def _mtp_verdict(case: str, data: dict, imported: dict, wrong_class: str) -> Verdict:
+    """MTP on (`<model>-<job>/mtp-roundtrip`): mtp.verdict's judgement of Megatron-Bridge's round trip of the
+    checkpoint with its MTP layer, naming the Megatron MTP parameters it has no mapping for."""
+    found = mtp.verdict(f"{PREFIX}{case}/{MTP}", data.get("mtp"), data["bridge"], data.get("tp"), data.get("ep"))
+    unmapped = (data.get("mtp") or {}).get("unmapped") or []
+    note = (f"; Megatron-Bridge's mapping registry has no entry for {len(unmapped)} of the model's Megatron MTP "
+            f"parameters: {unmapped[:mtp.SHOWN]}" if unmapped else "")
+    if any(".local_experts." in name for name in unmapped):
+        note += (" (megatron-core's SequentialMLP experts, as moe_grouped_gemm is off on CPU: grouped-GEMM experts "
+                 "are Transformer Engine's; its MTP expert mappings name only the grouped-GEMM layout "
+                 "`mtp_model_layer.mlp.experts.linear_fc1.weight*`, its decoder's both)")
+    stand_in = bool((data.get("mtp") or {}).get("mtp_block_spec"))
+    if stand_in:  # the model Megatron-Bridge converts has this project's CPU MTP block (provider._mtp_spec)
+        note += f"; its MTP block built by {MTP_STAND_IN}"
+    metrics = {**_metrics(data, imported, ()), **found.metrics, "measures": "conversion", "unmapped": unmapped,
+               "mtp_block_spec": MTP_STAND_IN if stand_in else "the provider's"}
+    status = Status.FAIL if wrong_class else found.status
+    return Verdict(found.name, status, f"Megatron-Bridge's conversion, {found.message}{note}{wrong_class}",
+                   metrics=metrics)
 
 
 def verdicts(job: str, results: dict | None, version: str | None, atol: float, rtol: float,
@@ -165,6 +194,10 @@ def verdicts(job: str, results: dict | None, version: str | None, atol: float, r
         out.append(Verdict(f"{PREFIX}vl", Status.SKIP, f"{_named('vl', version)} imports here but bridge-parity "
                            f"does not drive it: {vl.get('reason', 'no reason recorded')}",
                            metrics={"bridge": _named("vl", version), "where": vl.get("where", [])}))
+        out.append(Verdict(f"{PREFIX}vl/{MTP}", Status.SKIP, f"{_named('vl', version)}'s MTP round trip (its "
+                           "`language_model.mtp.*` mappings, where Megatron-Bridge #5252 reports a wrong prefix) is "
+                           f"not run: its model is not built here: {vl.get('reason', 'no reason recorded')}",
+                           metrics={"bridge": _named("vl", version), "mtp": True, "where": vl.get("where", [])}))
     return out
 
 

@@ -13,7 +13,9 @@ with its MTP block, loads the checkpoint through the project mapping, exports it
 A mapping or megatron-core that refuses the checkpoint (an MTP tensor it has no place for) raises on the
 ranks; its own error is the verdict's message.
 Verdicts: `<model>-mtp-<job>` (text-hybrid, vl-hybrid, moe-hybrid); the MTP-off verdicts keep their names
-without `-mtp`. Megatron-Bridge's and mbridge's own conversions of these checkpoints are not run here.
+without `-mtp`. Megatron-Bridge's own conversion of these checkpoints runs on its jobs' ranks (library.py
+`mtp_round_trip`, judged by `findings` and `verdict` as `megatron-bridge/<model>-<job>/mtp-roundtrip`); mbridge's
+is not run.
 `--break` pieces (tests): mtp-drop (the project's export loses `DROPPED`), mtp-rename (it writes `RENAMED`'s
 tensor under another name).
 """

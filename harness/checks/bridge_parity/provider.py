@@ -1,11 +1,14 @@
 """Megatron-Bridge's own model provider on this rank: the settings a CPU runner needs, the model it builds, and
 why its VL provider is not built here (read from the installed code).
 
-Each CPU setting comes with the code that needs it, and every result records them (`overrides`); the
+Each CPU setting comes with the code that needs it, and every result records them (`overrides`; with MTP layers
+on CPU also `mtp_block_spec`, the provider's MTP block in TE's layout from te_layout.py); the
 comparison with HF needs `COMPARISON` on any device (HF's loss has no MoE auxiliary loss; full-vocabulary
 fp32 logits).
 """
 from __future__ import annotations
+
+import contextlib
 
 COMPARISON = {"moe_router_load_balancing_type": "none", "moe_aux_loss_coeff": 0.0, "parallel_output": False}
 
@@ -50,15 +53,57 @@ def _apply(provider, on_cpu: bool) -> dict:
     return recorded
 
 
+def source_line(function, pattern: str) -> str:
+    """'megatron/...py line N: `source`' for the first line of `function` (installed code) matching `pattern`."""
+    import inspect
+    import re
+
+    lines, start = inspect.getsourcelines(function)
+    path = inspect.getsourcefile(function).replace("\\", "/")
+    path = "megatron/" + path.split("/megatron/", 1)[1] if "/megatron/" in path else path
+    found = next((i for i, line in enumerate(lines) if re.search(pattern, line)), None)
+    return f"{path} line {start + found}: `{lines[found].strip()}`" if found is not None else f"{path} ({pattern})"
+
+
+@contextlib.contextmanager
+def _mtp_spec(on_cpu: bool):
+    """On a CPU rank, the provider's MTP block from te_layout.mtp_block_spec while it builds; yields what it
+    records (empty on another device). GPTModelProvider.provide calls the module's `mtp_block_spec`, which asks
+    megatron-core for Transformer Engine's spec, and megatron-core sets TESpecProvider to None where Transformer
+    Engine is absent: no provider field chooses it, so the module's function is replaced for the build only."""
+    if not on_cpu:
+        yield {}
+        return
+    from megatron.bridge.models import gpt_provider
+
+    from . import te_layout
+
+    own = gpt_provider.mtp_block_spec
+    recorded = {"from": f"{own.__module__}.{own.__name__}", "to": "te_layout.mtp_block_spec",
+                "why": f"{source_line(own, 'use_transformer_engine=True')} builds Transformer Engine's MTP layer "
+                       "(megatron-core's TESpecProvider, None without Transformer Engine: "
+                       "megatron/core/models/gpt/gpt_layer_specs.py); te_layout.mtp_block_spec builds it in TE's "
+                       "parameter layout from megatron-core's local modules"}
+    gpt_provider.mtp_block_spec = te_layout.mtp_block_spec
+    try:
+        yield recorded
+    finally:
+        gpt_provider.mtp_block_spec = own
+
+
 def build(bridge, on_cpu: bool, tp: int = 1, ep: int = 1, sequence_parallel: bool = False):
-    """The bridge's provider, set for this runner and job, and the model it provides ([model], recorded settings)."""
+    """The bridge's provider, set for this runner and job, and the model it provides ([model], recorded settings);
+    with its MTP block where the HF config declares MTP layers (on CPU in TE's layout: `_mtp_spec`)."""
     provider = bridge.to_megatron_provider(load_weights=False)
     overrides = _apply(provider, on_cpu)
     provider.tensor_model_parallel_size, provider.expert_model_parallel_size = tp, ep
     provider.sequence_parallel = sequence_parallel
     provider.finalize()
-    model = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True,
-                                               mixed_precision_wrapper=None, fp16=False, bf16=False)
+    with _mtp_spec(on_cpu and bool(provider.mtp_num_layers)) as mtp_spec:
+        model = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True,
+                                                   mixed_precision_wrapper=None, fp16=False, bf16=False)
+    if mtp_spec:
+        overrides["mtp_block_spec"] = mtp_spec
     return model, overrides
 
 

@@ -14,7 +14,9 @@ MoE (SequentialMLP), with `CpuLayerNormColumnParallelLinear` (a ColumnParallelLi
 its input first; its name carries the `LayerNormColumnParallelLinear` that Megatron-Bridge's AutoMapping
 reads to keep `layer_norm_weight` replicated) and an RMSNorm that honours the provider's zero-centred
 gamma. The layer pattern comes from the provider's own config (`linear_attention_freq`, `moe_layer_freq`)
-through megatron-core's pattern helpers. No weight is converted here: Megatron-Bridge loads and exports.
+through megatron-core's pattern helpers. `mtp_block_spec` gives the provider's MTP block in the same layout
+(its own, gpt_provider.py's, asks megatron-core for Transformer Engine's: provider.py). No weight is converted
+here: Megatron-Bridge loads and exports.
 """
 from __future__ import annotations
 
@@ -137,6 +139,17 @@ def block_spec(config, vp_stage=None):
     kinds = ["linear_attention" if is_linear else "full_attention" for is_linear in linear]
     return TransformerBlockSubmodules(layer_specs=[_layer(kind, bool(m), config) for kind, m in zip(kinds, moe)],
                                       layer_norm=CpuRMSNorm)
+
+
+def mtp_block_spec(config, vp_stage=None):
+    """megatron-core's MTP block for a provider's config in this layout (None without MTP layers): each MTP layer
+    the block's last decoder layer (full attention) between this layout's norms (`enorm`, `hnorm`,
+    `final_layernorm`) and megatron-core's local column-parallel `eh_proj`, the parameter names TE's gives."""
+    if not getattr(config, "mtp_num_layers", None):
+        return None
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec_for_backend
+
+    return get_gpt_mtp_block_spec_for_backend(config, block_spec(config), backend=backend(), vp_stage=vp_stage)
 
 
 def project_name(name: str, te_names) -> tuple[str | None, float]:

@@ -91,3 +91,33 @@ def test_each_check_process_gets_its_devices_settings(monkeypatch, tmp_path):
     assert "NCCL_ALGO" not in env  # exported: the check inherits the user's value unchanged
     cell = Cell("m", "c", {"device": "cpu", "backend": "fsdp", "model": "text"}, (), ())
     assert set(check_environment(cell, opts)) == {"HARNESS_DEVICE"}
+
+
+def _known(verdict):
+    import datetime as dt
+
+    from harness.matrix.rules import KnownFailure, Selector
+
+    return KnownFailure("bridge-parity", Selector.parse({"backend": "megatron"}, "when"), "r", "https://x.test/1",
+                        dt.date(2099, 1, 1), verdict)
+
+
+def test_verdict_known_failures_make_a_check_xfail_only_when_they_cover_every_failing_verdict():
+    """Three MTP round trips declared known: xfail while they are all that fails; another verdict failing beside
+    them keeps the check failed (a known failure never hides a new one)."""
+    from harness.execution.cell import apply_known_failures
+    from harness.results.records import CheckResult, Verdict
+
+    known = tuple(_known(f"megatron-bridge/moe-hybrid-{job}/mtp-roundtrip") for job in ("tp1", "tp2", "ep2"))
+    cell = Cell("m", "c", {"backend": "megatron"}, (), ("bridge-parity",), known_failures=known)
+
+    def result(*failing):
+        verdicts = [Verdict(k.verdict, Status.FAIL, "unmapped") for k in known]
+        verdicts += [Verdict(name, Status.FAIL, "broken") for name in failing]
+        return CheckResult("bridge-parity", Status.FAIL, "failed", verdicts=verdicts)
+
+    only_known = apply_known_failures(result(), cell)
+    assert only_known.status is Status.XFAIL and only_known.original_status is Status.FAIL
+    another = apply_known_failures(result("text-hybrid-tp1"), cell)
+    assert another.status is Status.FAIL
+    assert another.known_failure["state"] == "other verdicts fail too: text-hybrid-tp1"

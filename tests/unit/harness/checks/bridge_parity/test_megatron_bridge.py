@@ -24,7 +24,13 @@ def measured(cls: str) -> dict:
             "max_abs_logprob_error": 9.5e-7, "finite": True,
             "max_rel_grad_error": 2e-4, "worst_grad": "decoder.layers.1.self_attention.out_norm.weight",
             "grads_compared": 41, "project_compared": 41, "project_mismatched": [], "project_unmatched": [],
-            "project_max_abs_diff": 0.0}
+            "project_max_abs_diff": 0.0, "mtp": mtp_measured()}
+
+
+def mtp_measured(**changed) -> dict:
+    """Megatron-Bridge's MTP round trip as recorded (library.mtp_round_trip), with `changed` fields."""
+    return {"compared": 80, "mtp_tensors": 15, "unwritten": [], "renamed": [], "differs": [],
+            "megatron_mtp_tensors": 12, "unmapped": [], "mtp_block_spec": True, "seconds": 0.2, **changed}
 
 
 def results() -> dict:
@@ -41,10 +47,11 @@ def run_verdicts(data, job="megatron-bridge-tp1"):
 def test_measured_agreement_passes_every_verdict_each_naming_its_bridge():
     found = run_verdicts(results())
     assert set(found) == {f"megatron-bridge/{case}-tp1/{aspect}" for case in ("text-hybrid", "moe-hybrid")
-                          for aspect in megatron_bridge.ASPECTS} | {"megatron-bridge/vl"}
+                          for aspect in megatron_bridge.ASPECTS} | {"megatron-bridge/vl",
+                                                                    "megatron-bridge/vl/mtp-roundtrip"}
     for name, verdict in found.items():
         assert megatron_bridge.attributed(verdict) is verdict
-        if name == "megatron-bridge/vl":
+        if name.startswith("megatron-bridge/vl"):
             assert verdict.status == Status.SKIP and "line 507" in verdict.message
             continue
         assert verdict.status == Status.PASS, verdict.message
@@ -58,7 +65,8 @@ BROKEN = {"roundtrip": {"roundtrip_mismatched": ["model.layers.0.linear_attn.A_l
           "logprobs": {"max_abs_logprob_error": 0.3},
           "grads": {"max_rel_grad_error": 0.5, "worst_grad": "decoder.layers.0.self_attention.A_log"},
           "project-mapping": {"project_mismatched": ["decoder.layers.0.self_attention.A_log"],
-                              "project_max_abs_diff": 1.5}}
+                              "project_max_abs_diff": 1.5},
+          "mtp-roundtrip": {"mtp": mtp_measured(unwritten=["mtp.pre_fc_norm_embedding.weight"])}}
 
 
 @pytest.mark.parametrize("aspect", sorted(BROKEN))
@@ -136,7 +144,7 @@ def test_conversion_verdicts_are_megatron_bridges_and_the_others_are_emulated_na
             for stand_in in ("MaskedGatedDeltaNet", "CpuRMSNorm", "te_layout.py", "megatron_logits",
                              "gradient reduction"):
                 assert stand_in in verdict.message, (stand_in, verdict.message)
-    assert "4 of 4 conversion verdicts pass; 4 of 4 emulated on this project's CPU layers pass" in \
+    assert "6 of 6 conversion verdicts pass; 4 of 4 emulated on this project's CPU layers pass" in \
         megatron_bridge.summary(list(found.values()))
     # on a runner that builds the provider's own layers nothing is emulated, and the project's code is still named
     data = results()
@@ -207,3 +215,79 @@ def test_an_import_error_names_the_line_of_megatron_bridges_code_that_raised():
         where = megatron_bridge.raising_line(exc)
     assert where == ("megatron/bridge/peft/lora_layers.py line 1: "
                      "`import transformer_engine_absent_here.pytorch as te`")
+
+
+# the MTP round trip broken as Megatron-Bridge's export could break it -> what its verdict must name
+MTP_BROKEN = {
+    "unwritten": (mtp_measured(unwritten=["mtp.pre_fc_norm_embedding.weight"]),
+                  ("unwritten ['mtp.pre_fc_norm_embedding.weight']",)),
+    "renamed": (mtp_measured(unwritten=["mtp.norm.weight"], renamed=["mtp.final_layernorm.weight"]),
+                ("unwritten ['mtp.norm.weight']", "renamed ['mtp.final_layernorm.weight']")),
+    "wrong prefix": (mtp_measured(unwritten=["mtp.fc.weight"], renamed=["model.language_model.mtp.fc.weight"]),
+                     ("renamed ['model.language_model.mtp.fc.weight']",)),
+    "differs": (mtp_measured(differs=["mtp.layers.0.mlp.experts.0.up_proj.weight"]),
+                ("differs ['mtp.layers.0.mlp.experts.0.up_proj.weight']",)),
+    "no MTP tensor": (mtp_measured(mtp_tensors=0), ("held no MTP tensor",)),
+    "refused": ({"error": "KeyError: 'mtp.layers.0.eh_proj.weight' (raised at megatron/bridge/x.py line 9: `...`)"},
+                ("KeyError", "x.py line 9")),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MTP_BROKEN))
+def test_an_mtp_tensor_unwritten_renamed_or_changed_by_megatron_bridges_export_fails_naming_it(kind):
+    data = results()
+    data["moe-hybrid"]["mtp"], named = MTP_BROKEN[kind]
+    found = run_verdicts(data)
+    failed = {name: v for name, v in found.items() if v.status == Status.FAIL}
+    assert set(failed) == {"megatron-bridge/moe-hybrid-tp1/mtp-roundtrip"}, set(failed)
+    verdict = failed["megatron-bridge/moe-hybrid-tp1/mtp-roundtrip"]
+    assert verdict.message.startswith("Megatron-Bridge's conversion, bridge megatron-bridge 0.6.2 (Qwen35MoEBridge)")
+    for text in named:
+        assert text in verdict.message, (text, verdict.message)
+    assert megatron_bridge.attributed(verdict) is verdict and not verdict.emulated
+
+
+# as Megatron-Bridge 0.6.2 answers a MoE MTP layer whose experts are SequentialMLP (moe_grouped_gemm off on CPU)
+UNMAPPED = [f"mtp.layers.0.mtp_model_layer.mlp.experts.local_experts.{e}.linear_fc1.weight" for e in range(2)]
+REFUSED = {"error": "AttributeError: 'NoneType' object has no attribute 'megatron_module' (raised at "
+                    "megatron/bridge/models/conversion/model_bridge.py line 1100: `if task.megatron_module is None:`)",
+           "unmapped": UNMAPPED}
+
+
+@pytest.mark.parametrize("recorded", [REFUSED, mtp_measured(unwritten=["mtp.layers.0.mlp.experts.0.gate_proj.weight"],
+                                                            unmapped=UNMAPPED)], ids=["load-raises", "skipped"])
+def test_mtp_parameters_megatron_bridge_cannot_map_are_named_with_the_layout_that_lacks_them(recorded):
+    data = results()
+    data["moe-hybrid"]["mtp"] = recorded
+    verdict = run_verdicts(data)["megatron-bridge/moe-hybrid-tp1/mtp-roundtrip"]
+    assert verdict.status == Status.FAIL and verdict.metrics["unmapped"] == UNMAPPED
+    assert "no entry for 2 of the model's Megatron MTP parameters" in verdict.message
+    assert UNMAPPED[0] in verdict.message and "SequentialMLP" in verdict.message and "grouped-GEMM" in verdict.message
+    if "error" in recorded:
+        assert "model_bridge.py line 1100" in verdict.message
+
+
+def test_the_mtp_verdict_names_the_cpu_mtp_block_and_fails_without_a_record_or_with_another_bridge_class():
+    found = run_verdicts(results())
+    verdict = found["megatron-bridge/text-hybrid-tp1/mtp-roundtrip"]
+    assert verdict.status == Status.PASS and "15 of them MTP" in verdict.message
+    assert "te_layout.mtp_block_spec" in verdict.message and verdict.metrics["mtp"] is True
+    data = results()
+    data["text-hybrid"]["mtp"]["mtp_block_spec"] = False  # a runner whose provider builds its own MTP block
+    own = run_verdicts(data)["megatron-bridge/text-hybrid-tp1/mtp-roundtrip"]
+    assert own.status == Status.PASS and "te_layout" not in own.message
+    del data["text-hybrid"]["mtp"]
+    missing = run_verdicts(data)["megatron-bridge/text-hybrid-tp1/mtp-roundtrip"]
+    assert missing.status == Status.FAIL and "no MTP round trip was recorded" in missing.message
+    data = results()
+    data["text-hybrid"]["bridge_class"] = "Qwen3NextBridge"
+    wrong = run_verdicts(data)["megatron-bridge/text-hybrid-tp1/mtp-roundtrip"]
+    assert wrong.status == Status.FAIL and "picked Qwen3NextBridge" in wrong.message
+
+
+def test_the_vl_bridges_mtp_round_trip_is_a_skip_naming_why_on_the_first_job_only():
+    found = run_verdicts(results())
+    vl = found["megatron-bridge/vl/mtp-roundtrip"]
+    assert vl.status == Status.SKIP and "#5252" in vl.message and "line 507" in vl.message
+    assert vl.metrics["bridge"] == "megatron-bridge 0.6.2 (Qwen35VLBridge)"
+    assert "megatron-bridge/vl/mtp-roundtrip" not in run_verdicts(results(), "megatron-bridge-tp2")
