@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 def test_a_cpu_trainer_flushes_denormals_and_runs_one_thread():
     from trainers.runtime.device import cpu_trainer_settings
 
+    torch.set_flush_denormal(False)  # first: a test before this one in the process may have left it on
     tiny = torch.tensor([1e-40])  # below float32's smallest normal: a denormal
-    torch.set_flush_denormal(False)
     assert float(tiny * 1.0) != 0.0  # by default arithmetic keeps it
     try:
         if not cpu_trainer_settings():
