@@ -36,10 +36,11 @@ def test_a_cache_folder_the_user_chose_wins(monkeypatch, tmp_path):
 
 def test_verl_rows_checks_get_the_harness_uv_its_forwarded_pip_settings_and_a_test_tools_cache(monkeypatch, tmp_path):
     monkeypatch.delenv("UV_FIND_LINKS", raising=False)
-    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
+    wheels = str(tmp_path / "wheels")
+    monkeypatch.setenv("PIP_FIND_LINKS", wheels)
     opts = RunOptions(out_dir=tmp_path, env_root=tmp_path / "envs")
     env = check_environment(_cell(verl="0.9.1"), opts)
-    assert env["UV_FIND_LINKS"] == "/opt/wheels"  # uv ignores pip's settings: the verl-tests overlay needs them
+    assert env["UV_FIND_LINKS"] == wheels  # uv ignores pip's settings: the verl-tests overlay needs them
     assert env["HARNESS_VERL_TESTS_CACHE"] == str(tmp_path / "envs" / ".verl-tests")
     assert env["HARNESS_UV"].endswith("uv")
     assert set(check_environment(_cell(), opts)) == {"HARNESS_DEVICE"}  # a row without verl: nothing of it

@@ -80,11 +80,12 @@ def test_a_resolution_that_fails_says_uvs_words(fake_uv, tmp_path, monkeypatch):
         tools.overlay(TOOLS, tmp_path / "cache")
 
 
-def test_uvs_environment_keeps_the_forwarded_settings_and_never_downloads_a_python(monkeypatch):
+def test_uvs_environment_keeps_the_forwarded_settings_and_never_downloads_a_python(monkeypatch, tmp_path):
     monkeypatch.setattr(tools.pipconfig, "pip_config", lambda: {})  # the row's interpreter has no pip
-    env = tools.uv_environment({"UV_FIND_LINKS": "/opt/wheels", "VIRTUAL_ENV": "/x", "UV_CONSTRAINT": "/c.txt",
-                                "PIP_FIND_LINKS": "/elsewhere"})
-    assert env["UV_FIND_LINKS"] == "/opt/wheels" and env["UV_CONSTRAINT"] == "/c.txt"  # the harness's win
+    wheels, constraints = str(tmp_path / "wheels"), str(tmp_path / "c.txt")
+    env = tools.uv_environment({"UV_FIND_LINKS": wheels, "VIRTUAL_ENV": str(tmp_path / "venv"),
+                                "UV_CONSTRAINT": constraints, "PIP_FIND_LINKS": str(tmp_path / "elsewhere")})
+    assert env["UV_FIND_LINKS"] == wheels and env["UV_CONSTRAINT"] == constraints  # the harness's win
     assert env["UV_PYTHON_DOWNLOADS"] == "never" and "VIRTUAL_ENV" not in env
-    by_hand = tools.uv_environment({"PIP_FIND_LINKS": "/opt/wheels", "PIP_CONSTRAINT": "/c.txt"})
-    assert by_hand["UV_FIND_LINKS"] == "/opt/wheels" and by_hand["UV_CONSTRAINT"] == "/c.txt"
+    by_hand = tools.uv_environment({"PIP_FIND_LINKS": wheels, "PIP_CONSTRAINT": constraints})
+    assert by_hand["UV_FIND_LINKS"] == wheels and by_hand["UV_CONSTRAINT"] == constraints
