@@ -78,7 +78,8 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     if container.wanted(cell):  # a cell with an image runs inside it
         return container_cell.run_cell(cell, matrix, opts, earlier)
     wanted = opts.checks or cell.checks
-    kept = kept_results(earlier, wanted, opts.redo, install_key(cell))  # the cell's other results stay
+    key = install_key(cell)
+    kept = kept_results(earlier, wanted, opts.redo, key)  # the cell's other results stay
     rel = Path("cells") / cell.id
     started, start = now(), time.perf_counter()
     result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags), started=started,
@@ -96,7 +97,6 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     env, verdict, attempts = _install(cell, opts, python, setup_log, opts.out_dir / rel / "lock.txt")
     result.phases["environment"] = round(time.perf_counter() - phase, 3)
     if env is None:
-        key = install_key(cell)
         result.checks = combine_checks(wanted, kept, lambda name: _not_installed(name, verdict, attempts, result, key))
     else:
         result.lock = str(rel / "lock.txt")
