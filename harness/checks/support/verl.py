@@ -94,8 +94,9 @@ def verdict(part: str, status: Status, message: str, ran: Iterable[Callable[...,
     if outside:
         text += "; outside verl's declared range: " + ", ".join(outside)
     record = {"release": installed(), "ran": names, "range": status_of_range}
-    if raised is not None and verl_frame(raised):
-        record["raised_in"] = verl_frame(raised)
+    where = verl_frame(raised) if raised is not None else None
+    if where:
+        record["raised_in"] = where
     return Verdict(PREFIX + part, status, text, emulated=emulated, metrics={**(metrics or {}), "verl": record})
 
 
