@@ -371,8 +371,9 @@ def test_a_gpu_request_the_engine_cannot_meet_fails_to_start_cleanly(engine, ima
 @pytest.mark.slow
 def test_sigterm_stops_and_removes_the_container(engine, image, tmp_path):
     _, cell = _cell()
-    proc = subprocess.Popen([sys.executable, *_run_args(tmp_path, "--no-index-check")], cwd=ROOT,
-                            env=_harness_env(engine.host), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {**_harness_env(engine.host), "HARNESS_EXTRA_CHECKS": "sleeper=sleeper"}  # runs until stopped: no race
+    proc = subprocess.Popen([sys.executable, *_run_args(tmp_path, "--no-index-check", "--checks", "sleeper")],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         while not [c for c in _ours(engine, cell.id) if c.status == "running"]:
