@@ -281,12 +281,33 @@ def _check_args(cell: Cell, opts: RunOptions) -> list[str]:
     return args
 
 
+# Settings that keep a check process free of threads nobody asked for, so that the check server and the checks'
+# rank launchers can fork (a thread does not survive a fork, so they fall back to fresh interpreters, each
+# importing the stack again). pyarrow (pulled in by pandas where verl or Megatron-Bridge installed it) starts
+# its jemalloc's background purging thread at import; without it jemalloc purges on the allocating thread.
+FORK_SAFETY = {"JE_ARROW_MALLOC_CONF": "background_thread:false"}
+
+
 def check_environment(cell: Cell, opts: RunOptions) -> dict[str, str]:
-    """Variables for a check process: the device, and its determinism settings (set before the
-    device runtime starts; a value the user exported wins)."""
-    settings = {k: v for k, v in determinism.environment(cell.axes["device"]).items() if k not in os.environ}
-    return {**settings, **_vllm_cache(cell, opts.env_root), **_test_tools(cell, opts.env_root), **opts.extra_env,
-            "HARNESS_DEVICE": cell.axes["device"]}
+    """Variables for a check process: the device, its determinism settings (set before the device runtime
+    starts) and FORK_SAFETY's; a value the user exported wins."""
+    settings = {k: v for k, v in {**determinism.environment(cell.axes["device"]), **FORK_SAFETY}.items()
+                if k not in os.environ}
+    return {**settings, **_vllm_cache(cell, opts.env_root), **_bridge_support_cache(cell, opts.env_root),
+            **_test_tools(cell, opts.env_root), **opts.extra_env, "HARNESS_DEVICE": cell.axes["device"]}
+
+
+# trainers/megatron/bridge.py CACHE_VARIABLE (named here too: that module imports torch, which the host never does)
+BRIDGE_SUPPORT_CACHE = "HARNESS_BRIDGE_SUPPORT_CACHE"
+
+
+def _bridge_support_cache(cell: Cell, env_root: Path) -> dict[str, str]:
+    """A Megatron cell's folder for the bridges' answers (trainers/megatron/bridge.py keys each by its
+    environment): asked once per environment, not once per rank of every launch of every check (each asking
+    imports Megatron-Bridge, where installed, about 12 s)."""
+    if cell.axes.get("backend") != "megatron":
+        return {}
+    return {BRIDGE_SUPPORT_CACHE: str((env_root / ".bridge-support").resolve())}
 
 
 def _test_tools(cell: Cell, env_root: Path) -> dict[str, str]:

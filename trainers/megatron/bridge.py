@@ -15,7 +15,14 @@ GPTModel and gathers the shards back into one HF state dict.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
+import json
+import os
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -32,8 +39,71 @@ def _version(distribution: str) -> str | None:
         return None
 
 
+# A folder where the bridges' answers are kept for the next process of the same environment (the harness sets it
+# per run): asking Megatron-Bridge imports it, about 12 s on one CPU core, in every rank of every launch otherwise.
+CACHE_VARIABLE = "HARNESS_BRIDGE_SUPPORT_CACHE"
+_ANSWERS: dict[str, dict] = {}
+BRIDGE_DISTRIBUTIONS = ("mbridge", "megatron-bridge", "megatron-core", "transformers", "torch")
+
+
 def bridge_support(hf_config) -> dict:
-    """Ask each installed bridge whether it maps `hf_config.model_type`; keep their real errors."""
+    """Ask each installed bridge whether it maps `hf_config.model_type`; keep their real errors.
+
+    The answer depends on the model type and architectures and on what is installed, so it is asked once per
+    environment: kept in this process, and in CACHE_VARIABLE's folder under a key naming the environment, the
+    state of its site-packages and the bridges' versions. Not where a Transformer Engine is imported (the
+    bridges' answer depends on it) or Megatron-Bridge already is (a Megatron-Bridge job's, under the harness's
+    import-only TE stand-in): there asking imports nothing."""
+    if "transformer_engine" in sys.modules or "megatron.bridge" in sys.modules:  # or: asking costs no import
+        return _ask_bridges(hf_config)
+    key = _support_key(hf_config)
+    if key not in _ANSWERS:
+        _ANSWERS[key] = _read_cached(key) or _write_cached(key, _ask_bridges(hf_config))
+    return dict(_ANSWERS[key])
+
+
+def _support_key(hf_config) -> str:
+    site = sysconfig.get_paths()["purelib"]
+    try:
+        changed = os.stat(site).st_mtime_ns  # an install or removal in the environment changes its folder
+    except OSError:
+        changed = None
+    parts = [sys.prefix, site, changed, hf_config.model_type, list(getattr(hf_config, "architectures", None) or []),
+             {name: _version(name) for name in BRIDGE_DISTRIBUTIONS}]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _cache_file(key: str) -> Path | None:
+    folder = os.environ.get(CACHE_VARIABLE)
+    return Path(folder) / f"{key}.json" if folder else None
+
+
+def _read_cached(key: str) -> dict | None:
+    path = _cache_file(key)
+    try:
+        return json.loads(path.read_text()) if path is not None else None
+    except (OSError, ValueError):  # absent, or unreadable: ask the bridges
+        return None
+
+
+def _write_cached(key: str, report: dict) -> dict:
+    path = _cache_file(key)
+    if path is not None:
+        try:  # whole or not at all: ranks of one launch ask at the same moment
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key}.", suffix=".tmp")
+        except OSError:  # a cache that cannot be written costs time, never the answer
+            return report
+        try:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(report, handle)
+            os.replace(tmp, path)
+        except OSError:
+            Path(tmp).unlink(missing_ok=True)
+    return report
+
+
+def _ask_bridges(hf_config) -> dict:
     model_type = hf_config.model_type
     report = {"model_type": model_type, "mbridge": _version("mbridge"), "mbridge_error": None,
               "megatron_bridge": _version("megatron-bridge"), "megatron_bridge_error": None}

@@ -241,6 +241,10 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
             "trainers.megatron.mapping")
     results, launchers = {}, {}
     for job in jobs:  # forked ranks die with this process (and are killed on any exception)
+        if job in megatron_bridge.JOBS and not any(done in megatron_bridge.JOBS for done in results):
+            from harness.checks.bridge_parity import library
+
+            library.preload()  # after the project's jobs: their ranks never see Megatron-Bridge imported
         results[job], launchers[job] = _run_job(job, options, work, broken,
                                                 max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
     project_jobs = [job for job in jobs if job not in megatron_bridge.JOBS]

@@ -293,6 +293,20 @@ def gradient_errors(ranks: list[dict]) -> dict:
             "nonfinite_grads": sorted(nonfinite)[:20]}
 
 
+def preload() -> None:
+    """Import Megatron-Bridge (the TE stand-in installed first where needed) in the process that forks the ranks,
+    so that its jobs' ranks share the import (about 12 s on a core) instead of each doing it again. Its failure
+    is left to the ranks, which import again and record the error with its line as before; an import that
+    started a thread only makes the jobs fall back to torchrun's fresh ranks (ranks.fork_safe)."""
+    from . import provider, te_import  # noqa: F401  (the ranks' own imports, shared too)
+
+    te_import.install()
+    try:
+        import megatron.bridge  # noqa: F401
+    except Exception:  # noqa: BLE001, S110 - recorded where it counts, by each rank's own import
+        pass
+
+
 def run(cases: list[str], seed: int, broken: str | None, work: Path, on_cpu: bool = True) -> dict:
     """{"import": ..., case: result or {"error"}} on this rank; the TE stand-in installed first where needed."""
     from . import provider, te_import

@@ -66,8 +66,10 @@ def _unavailable(model: str) -> str | None:
 def run(options: CheckOptions) -> CheckResult:
     if not verl.installed():
         return run_with(options)
-    math = verl_math.verdict()  # milliseconds of math, before the long run: whether its verdict speaks for verl
-    return verl_math.attach(run_with(options), math)
+    result = run_with(options)
+    # After the run, not before: importing verl starts threads (Ray's, pyarrow's) that keep the trainer's ranks
+    # from being forked from this process, and each torchrun rank imports the stack again.
+    return verl_math.attach(result, verl_math.verdict())
 
 
 def run_with(options: CheckOptions, trainer_args: dict | None = None, reference: dict | None = None,

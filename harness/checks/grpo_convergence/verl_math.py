@@ -1,6 +1,6 @@
 """grpo-convergence in a row that installs verl: verl's GRPO math against this project's on the same batch
-(`verl:grpo-math`). It runs in milliseconds, before the long run, and decides whether the convergence verdict speaks
-for verl.
+(`verl:grpo-math`). It runs in milliseconds, after the long run (importing verl starts threads that would keep the
+trainer's ranks from being forked), and decides whether the convergence verdict speaks for verl.
 
 verl's side, from the installed release: `core_algos.compute_grpo_outcome_advantage` (outcome reward on each
 response's last token, normalised by the group's std), `workers.utils.losses.ppo_loss` (the loss verl's engine

