@@ -7,6 +7,7 @@ each cell.
 """
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import hashlib
 import json
@@ -384,6 +385,12 @@ def apply_known_failures(result: CheckResult, cell: Cell, today: dt.date | None 
 
 def reapply_known_failures(result: CellResult, cell: Cell) -> bool:
     """Apply the matrix's known failures to every check of a (reused) cell result; True if any changed."""
-    before = [c.to_dict() for c in result.checks]
+    before = [_known_failure_fields(c) for c in result.checks]
     result.checks = [apply_known_failures(c, cell) for c in result.checks]
-    return [c.to_dict() for c in result.checks] != before
+    return [_known_failure_fields(c) for c in result.checks] != before
+
+
+def _known_failure_fields(check: CheckResult) -> tuple:
+    """What apply_known_failures may change (not the whole record: a warm rerun would copy every check's metrics,
+    GRPO curves included, twice per cell)."""
+    return check.status, check.original_status, copy.deepcopy(check.known_failure), check.message

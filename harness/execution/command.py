@@ -137,11 +137,16 @@ def resolve(run: Run) -> None:
 
 
 def check_index(run: Run) -> None:
-    """Every release the cells pin exists on the package index, before anything is built (not with
-    --no-index-check)."""
+    """Every release the cells that will run pin exists on the package index, before anything is built (not with
+    --no-index-check). A cell whose results are complete is kept, not built: its releases are not asked about
+    (a warm rerun asks the index nothing but what `newest` needs)."""
     if run.args.no_index_check:
         return
-    index.check_cells(run.cells, run.matrix.locate)
+    from .run import to_run
+
+    pending = to_run(run.cells, run.out, tuple(run.args.checks or ()), run.args.redo)
+    if pending:
+        index.check_cells(pending, run.matrix.locate)
 
 
 def plan(run: Run) -> None:

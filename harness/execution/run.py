@@ -105,6 +105,17 @@ def write_run_info(matrix: Matrix, opts: RunOptions) -> None:
         "notes": [{"text": n.text, "cells": n.cells} for n in matrix.notes]})
 
 
+def to_run(cells: list[Cell], out_dir: Path, checks: tuple[str, ...], redo: bool) -> list[Cell]:
+    """The cells a run would run, not keep: those whose earlier result lacks a wanted check (`reusable`'s test,
+    without rewriting anything)."""
+    return [cell for cell in cells if not _complete(previous_result(out_dir, cell), cell, checks, redo)]
+
+
+def _complete(earlier: CellResult | None, cell: Cell, checks: tuple[str, ...], redo: bool) -> bool:
+    wanted = checks or cell.checks
+    return earlier is not None and set(wanted) <= set(kept_results(earlier, wanted, redo, install_key(cell)))
+
+
 def reusable(cell: Cell, opts: RunOptions) -> tuple[CellResult | None, bool]:
     """(earlier result, complete): a complete cell already holds every wanted check and is reused, not run.
 
@@ -112,8 +123,7 @@ def reusable(cell: Cell, opts: RunOptions) -> tuple[CellResult | None, bool]:
     cell's file is rewritten when the matrix's known failures for it changed since it ran.
     """
     earlier = previous_result(opts.out_dir, cell)
-    wanted = opts.checks or cell.checks
-    complete = earlier is not None and set(wanted) <= set(kept_results(earlier, wanted, opts.redo, install_key(cell)))
+    complete = _complete(earlier, cell, opts.checks, opts.redo)
     if complete and reapply_known_failures(earlier, cell):
         write_json_atomic(cell_path(opts.out_dir, cell.id), earlier.to_dict())
     return earlier, complete

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -124,12 +125,7 @@ class Resolver:
         `extra` installed (`verl[cpu]`: its `extra == "cpu"` lines, and the extras those name of verl itself)."""
         found = None
         env = marker_environment(python)
-        declared = []
-        for line in self.metadata.declared(distribution, version).requires_dist:
-            try:
-                declared.append(Requirement(line))
-            except InvalidRequirement:
-                continue
+        declared = _parsed(tuple(self.metadata.declared(distribution, version).requires_dist))
         active = _active_extras(declared, distribution, extra, env)
         for req in declared:
             if canonicalize_name(req.name) == canonicalize_name(target) and _applies(req, env, active):
@@ -210,3 +206,16 @@ def resolve_cells(m: Matrix, cells: list[Cell], resolver: Resolver | None = None
         return cells
     resolver = resolver or Resolver()
     return [resolver.resolve(c, m.known_failures) for c in cells]
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(requires_dist: tuple[str, ...]) -> tuple[Requirement, ...]:
+    """A release's declared requirements, parsed once per run (a resolution asks about each several times; vLLM
+    declares over a hundred); lines that do not parse are left out."""
+    declared = []
+    for line in requires_dist:
+        try:
+            declared.append(Requirement(line))
+        except InvalidRequirement:
+            continue
+    return tuple(declared)

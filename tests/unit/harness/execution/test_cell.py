@@ -156,3 +156,21 @@ def test_verdict_known_failures_make_a_check_xfail_only_when_they_cover_every_fa
     another = apply_known_failures(result("text-hybrid-tp1"), cell)
     assert another.status is Status.FAIL
     assert another.known_failure["state"] == "other verdicts fail too: text-hybrid-tp1"
+
+
+def test_a_reused_result_is_rewritten_only_when_the_matrixs_known_failures_change_it():
+    """reapply_known_failures says whether a kept cell's file must be rewritten: True when an entry turns a
+    failure into xfail (or no longer does), False when applying them again changes nothing."""
+    from harness.execution.cell import reapply_known_failures
+    from harness.results.records import CellResult, CheckResult
+
+    m = matrices.load(ROOT / "tests" / "resources" / "matrices" / "small.toml")
+    cell = next(c for c in m.cells if c.axes["tensordict"] == "0.10.0")  # nested-chunking is a known failure there
+    result = CellResult(m.name, cell.id, dict(cell.axes), list(cell.tags), checks=[
+        CheckResult("stack-smoke", Status.PASS, "ok", metrics={"per_step": list(range(100))}),
+        CheckResult("nested-chunking", Status.FAIL, "consolidate() changed the ragged dimension")])
+    assert reapply_known_failures(result, cell) is True
+    assert [c.status for c in result.checks] == [Status.PASS, Status.XFAIL]
+    assert reapply_known_failures(result, cell) is False  # applied again: the same
+    other = next(c for c in m.cells if c.axes["tensordict"] == "0.15.3")  # no entry covers it there
+    assert reapply_known_failures(result, other) is True and result.checks[1].status is Status.FAIL
