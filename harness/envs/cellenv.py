@@ -106,6 +106,12 @@ _INSTALL_SETTINGS = ("UV_CONSTRAINT", "UV_FIND_LINKS", "UV_DEFAULT_INDEX", "UV_I
                      "UV_INDEX", "UV_OFFLINE", "UV_NO_BUILD", "UV_ONLY_BINARY")
 
 
+def runner_constraint_files() -> list[str]:
+    """The constraint files the cells are installed under: UV_CONSTRAINT, else pip's `constraint` setting, which
+    the installs forward to uv (pipconfig.uv_environment) whether or not the harness's own environment names it."""
+    return {**os.environ, **pipconfig.uv_environment()}.get("UV_CONSTRAINT", "").split()
+
+
 def runner_install_facts() -> dict:
     """What this runner brings to an install: its platform, C library and host, and the uv settings (pip's
     included) with the contents of the constraint files they name. A cell that could not be installed here is
@@ -115,7 +121,7 @@ def runner_install_facts() -> dict:
                    "host": socket.gethostname(),
                    "settings": {name: settings[name] for name in _INSTALL_SETTINGS if settings.get(name)}}
     constraints = {}
-    for name in settings.get("UV_CONSTRAINT", "").split():
+    for name in runner_constraint_files():
         try:
             constraints[name] = hashlib.sha256(Path(name).read_bytes()).hexdigest()
         except OSError:

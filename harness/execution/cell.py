@@ -124,7 +124,7 @@ def _install(cell: Cell, opts: RunOptions, python: str | None, setup_log: Path, 
             # The resolver's words say whose the failure is: the pins' (conflict), the runner's (wheel tags,
             # a source build, a source it cannot reach), or neither (a network blip: infra, tried again).
             verdict = (_git_source_unreachable(cell.requirements, str(exc))
-                       or install_verdict.runner_constraint(str(exc), os.environ.get("UV_CONSTRAINT", "").split())
+                       or install_verdict.runner_constraint(str(exc), cellenv.runner_constraint_files())
                        or install_verdict.classify(str(exc)))
             failure = verdict.failure_class if verdict else "infra"
             attempts.append({"status": Status.ERROR.value, "failure_class": failure, "reason": str(exc)[-1500:]})

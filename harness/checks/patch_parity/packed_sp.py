@@ -12,7 +12,9 @@ builds flash-linear-attention's context-parallel context (verl's `_build_fla_cp_
 `fla.ops.cp`); the kernels it feeds are Triton kernels, which have no CPU path. The ranks call that function on
 their gloo group, and the verdict is a skip that names verl's line importing fla and what the call raised (or
 returned): verl's side needs a GPU runner with flash-linear-attention. A verl release without that function is a
-plain skip (`packed-sp:text/verl`) that records nothing of verl as run.
+plain skip (`packed-sp:text/verl`) that records nothing of verl as run. Where verl's Qwen3.5 module does not import
+on the row's stack (verl 0.9.1 against transformers 5.23.0: a class it imports is gone), verl's verdict fails with
+its ImportError and line, and the trainer's verdict on the same ranks stands.
 """
 from __future__ import annotations
 
@@ -91,6 +93,12 @@ def verl_verdict(probe: dict | None) -> Verdict:
     if probe is None:
         return Verdict(f"{NAME}/verl", Status.ERROR, "verl's side not measured: the sequence-parallel ranks failed "
                        f"before calling {worker.VERL_CONTEXT} (see the {NAME} verdict); nothing of verl ran")
+    if probe.get("cannot_run_here"):
+        return verl.verdict(NAME, Status.SKIP, probe["cannot_run_here"], [], metrics={"call": probe})
+    if probe.get("import_error"):  # verl's Qwen3.5 module does not import on this row's stack: verl's failure
+        return verl.verdict(NAME, Status.FAIL, f"verl's code raises {probe['import_error']} importing "
+                            f"{worker.VERL_CONTEXT.rsplit('.', 1)[0]}, so its Ulysses forward of a packed Qwen3.5 "
+                            "row cannot start on this stack", [], metrics={"call": probe})
     if probe.get("called") is None:
         return Verdict(f"{NAME}/verl", Status.SKIP, f"verl {verl.installed()} has no {worker.VERL_CONTEXT}: no "
                        "context-parallel path for Qwen3.5's linear attention to call on CPU; nothing of verl ran")

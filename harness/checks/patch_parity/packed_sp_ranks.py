@@ -34,9 +34,16 @@ def sequences(vocab_size: int, seed: int) -> list:
 def verl_context(cu_seqlens, conv_kernel_size: int, group) -> dict:
     """Call verl's context-parallel set-up for Qwen3.5's linear attention (what verl's Ulysses forward of a packed
     row calls first) with `group` as verl's Ulysses group: what it returned or raised. {"called": None} where the
-    installed verl has no such function."""
-    from verl.models.transformers import qwen3_5
-    from verl.utils import ulysses
+    installed verl has no such function; with "import_error" where verl's module does not import on this stack
+    (verl's finding, recorded: the trainer's own verdict on these ranks stands)."""
+    from harness.checks.support import verl
+
+    try:
+        from verl.models.transformers import qwen3_5
+        from verl.utils import ulysses
+    except Exception as exc:  # noqa: BLE001 - verl's import on the row's stack is the finding
+        return {"called": None, "import_error": verl.describe(exc), "raised_in": verl.verl_frame(exc),
+                "cannot_run_here": verl.unrunnable(exc)}
 
     build = getattr(qwen3_5, VERL_CONTEXT.rsplit(".", 1)[1], None)
     if build is None:

@@ -3,6 +3,7 @@ for the default CPU matrix's cells that do not install): pins that cannot be ins
 conflicting requirement; what the runner lacks names what would make it install; anything else is infra."""
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,23 @@ def test_a_conflict_with_the_runners_own_pip_constraint_is_the_runners(tmp_path)
     constraints.write_text("numpy<3\n")
     assert install_verdict.runner_constraint(CONSTRAINED, [str(constraints)]) is None
     assert install_verdict.runner_constraint(CONSTRAINED, [str(tmp_path / "missing.txt")]) is None
+
+
+def test_the_runners_constraint_is_found_where_only_pips_configuration_names_it(monkeypatch, tmp_path):
+    """The installs forward pip's `constraint` to uv even where the harness's own environment has no
+    UV_CONSTRAINT (the harness run outside nox): the verdict reads the same files, so the runner's cap is the
+    runner's, not a conflict of the row's pins. UV_CONSTRAINT, where set, is what the installs use."""
+    from harness.envs import cellenv, pipconfig
+
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("torch<=2.14.1\n")
+    monkeypatch.delenv("UV_CONSTRAINT", raising=False)
+    monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
+    monkeypatch.setattr(pipconfig, "pip_config", lambda: {"constraint": str(constraints)})
+    assert cellenv.runner_constraint_files() == [str(constraints)]
+    found = install_verdict.runner_constraint(CONSTRAINED, cellenv.runner_constraint_files())
+    assert found is not None and found.kind == install_verdict.RUNNER
+    digest = hashlib.sha256(constraints.read_bytes()).hexdigest()
+    assert cellenv.runner_install_facts()["constraints"] == {str(constraints): digest}  # the install key's files
+    monkeypatch.setenv("UV_CONSTRAINT", str(tmp_path / "other.txt"))
+    assert cellenv.runner_constraint_files() == [str(tmp_path / "other.txt")]

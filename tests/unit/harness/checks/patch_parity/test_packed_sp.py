@@ -102,3 +102,28 @@ def test_a_verl_verdict_whose_function_is_not_verls_fails(stand_in_verl, monkeyp
     probe = {"called": "verl.models.transformers.qwen3_5._build_fla_cp_context", "error": None, "returned": "X"}
     verdict = verl.attributed(packed_sp.verl_verdict(probe))
     assert verdict.status is Status.FAIL and "not the installed verl's code" in verdict.message
+
+
+def test_a_verl_module_that_does_not_import_is_verls_failure_and_leaves_the_ranks_result_standing(stand_in_verl):
+    """verl 0.9.1's qwen3_5 module imports a class transformers 5.23.0 no longer has: the ranks record verl's
+    ImportError with its line (their own forward's result stands), and verl's verdict fails naming it."""
+    import torch
+
+    from harness.checks.patch_parity import packed_sp_ranks
+
+    module = stand_in_verl / "verl" / "models" / "transformers" / "qwen3_5.py"
+    module.write_text("import math\nfrom math import Qwen3_5CausalLMOutputWithPast\n")
+    probe = packed_sp_ranks.verl_context(torch.tensor([0, 3, 7]), 4, None)
+    assert probe["called"] is None and probe["import_error"].startswith("ImportError at verl/models/transformers/")
+    assert probe["raised_in"] == "verl/models/transformers/qwen3_5.py:2" and probe["cannot_run_here"] is None
+    verdict = verl.attributed(packed_sp.verl_verdict(probe))
+    assert verdict.status is Status.FAIL and verdict.name == "verl:packed-sp:text"
+    assert "Qwen3_5CausalLMOutputWithPast" in verdict.message and "cannot start on this stack" in verdict.message
+
+
+def test_a_verl_module_that_needs_an_accelerator_package_is_a_skip(stand_in_verl):
+    verdict = verl.attributed(packed_sp.verl_verdict(
+        {"called": None, "import_error": "ModuleNotFoundError at verl/x.py:1: No module named 'flash_attn'",
+         "raised_in": "verl/x.py:1", "cannot_run_here": "could not run on this runner: verl/x.py:1 imports "
+         "flash_attn, which exists only for an accelerator"}))
+    assert verdict.status is Status.SKIP and "could not run on this runner" in verdict.message
