@@ -71,6 +71,12 @@ def response_logprobs(model, batch: RolloutBatch, temperature: float, with_entro
     return logprobs, (grpo.entropy_from_logits(logits) if with_entropy else None)
 
 
+# What every rank imports only when it builds its model: megatron-core, 5 to 9 s on a core (its timers import wandb
+# where the row installed it). A launcher that forks the ranks imports these first so that they share them
+# (harness.checks.support.ranks.preload; a module the installed megatron-core lacks is left out).
+RANK_IMPORTS = ("megatron.core", "megatron.core.parallel_state", "megatron.core.models.gpt.gpt_layer_specs",
+                "megatron.core.transformer.transformer_block", "megatron.core.ssm.gated_delta_net.common")
+
 class MegatronGRPOTrainer(GRPOLoop):
     def __init__(self, config: MegatronTrainConfig):
         from megatron.core import parallel_state as ps

@@ -57,6 +57,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -239,6 +240,8 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
 
     preload("harness.checks.bridge_parity.ranks", "trainers.megatron.train", "trainers.megatron.model",
             "trainers.megatron.mapping")
+    # megatron-core, which the ranks import only when they build their models
+    preload(*getattr(sys.modules.get("trainers.megatron.train"), "RANK_IMPORTS", ()))
     results, launchers = {}, {}
     for job in jobs:  # forked ranks die with this process (and are killed on any exception)
         if job in megatron_bridge.JOBS and not any(done in megatron_bridge.JOBS for done in results):

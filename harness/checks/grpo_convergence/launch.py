@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -89,12 +90,23 @@ def fit_ranks(nproc: int, backend: str, args: dict, max_ranks: int | None) -> tu
 def forked_trainer(command: list[str]) -> tuple[str, list[str], int] | None:
     """(trainer module, its argv, ranks) of a `trainer_command` that can run on ranks forked from this
     process: on CPU with Hugging Face rollout, or with vLLM on one rank (its engine then runs inside the
-    rank: trainers.rollout). Accelerator runtimes, and vLLM's own engine processes, keep torchrun's."""
+    rank: trainers.rollout). Accelerator runtimes, and vLLM's own engine processes, keep torchrun's. The
+    trainer's imports are made here first (`preload_trainer`), then whether forking is safe is asked."""
     nproc, module, argv = int(command[5]), command[7], command[8:]  # the layout trainer_command builds
     options = dict(zip(argv[::2], argv[1::2]))  # every trainer flag it passes takes a value
     rollout = options.get("--rollout", "hf")
     forkable = options["--device"] == "cpu" and (rollout == "hf" or (rollout == "vllm" and nproc == 1))
-    return (module, argv, nproc) if forkable and ranks.fork_safe() else None
+    if not forkable:
+        return None
+    preload_trainer(module)
+    return (module, argv, nproc) if ranks.fork_safe() else None
+
+
+def preload_trainer(module: str) -> None:
+    """The trainer's imports, shared with every forked rank: its train module and what its ranks import only when
+    they build their model (the train module's RANK_IMPORTS, where it has them)."""
+    ranks.preload(f"{module}.train")
+    ranks.preload(*getattr(sys.modules.get(f"{module}.train"), "RANK_IMPORTS", ()))
 
 
 def run_trainer(command: list[str], log: Path, timeout: float = RUN_TIMEOUT) -> tuple[int | None, float]:
@@ -117,7 +129,6 @@ def _run_forked(module: str, argv: list[str], nproc: int, log: Path, timeout: fl
     """The trainer's main(argv) on `nproc` ranks forked from this process (harness.checks.support.ranks): the
     same ranks, flags and numbers as under torchrun, without its launcher and per-rank imports."""
     main = importlib.import_module(f"{module}.__main__").main
-    ranks.preload(f"{module}.train")  # the trainer's imports, shared with every rank
     outcome = ranks.run_ranks(lambda: main(argv), nproc, log, timeout, TRAINER_ENV)
     if outcome.timed_out:
         return None, outcome.seconds

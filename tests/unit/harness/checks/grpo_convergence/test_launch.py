@@ -24,6 +24,26 @@ def test_only_cpu_runs_with_hf_rollout_or_one_vllm_rank_go_to_forked_ranks(tmp_p
     assert check.forked_trainer(command("cuda")) is None  # a device runtime does not survive fork
     assert check.forked_trainer(command("cuda", nproc=1, rollout="vllm")) is None
 
+
+def test_the_trainers_rank_imports_are_made_before_forking_and_a_thread_they_start_means_torchrun(monkeypatch):
+    """The ranks import megatron-core only when they build their model (5 to 9 s each): the launcher imports the
+    train module's RANK_IMPORTS first so the forked ranks share them, and asks whether forking is safe after that."""
+    import sys
+    import types
+
+    from harness.checks.support import ranks as forked_ranks
+
+    train = types.ModuleType("fake_trainer.train")
+    train.RANK_IMPORTS = ("fake_heavy_dependency",)
+    monkeypatch.setitem(sys.modules, "fake_trainer.train", train)
+    events = []
+    monkeypatch.setattr(forked_ranks, "preload", lambda *modules: events.append(("preload", modules)))
+    monkeypatch.setattr(forked_ranks, "fork_safe", lambda: events.append(("fork_safe",)) or False)
+    command = ["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+               "fake_trainer", "--device", "cpu"]
+    assert check.forked_trainer(command) is None  # the import left a thread: the ranks are torchrun's
+    assert events == [("preload", ("fake_trainer.train",)), ("preload", ("fake_heavy_dependency",)), ("fork_safe",)]
+
 @pytest.mark.parametrize("device, visible, max_ranks, expected", [
     ("cpu", None, None, (2, {"tp": 2}, None)),
     ("cpu", None, 1, (1, {"tp": 1}, "max_ranks 1")),
