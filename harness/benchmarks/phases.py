@@ -6,12 +6,15 @@ each phase a cell records in `phases` (environment, capture, imports), each chec
 cost nothing now, and is counted instead), and the rest of each cell's time as "other" (capture and
 imports overlap, so "other" subtracts the longer of the two). The files are read as plain JSON, so a
 harness that does not record phases or reuse yet is measured too (its environment and capture time then
-shows as "other"). With cells in parallel the sums exceed the wall time.
+shows as "other"). With cells in parallel the sums exceed the wall time. Cells whose environment could not be
+installed (every check an install verdict) are counted apart: they cost seconds, not a run of their checks.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from harness.results.install_verdict import is_install_class
 
 # Phases that run at the same time (the check server imports while the environment is captured): the
 # cell time they cover together is the longest of them, not their sum.
@@ -49,6 +52,7 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
     phases: dict[str, float] = {}
     checks: dict[str, dict] = {}
     cells_run = cells_kept = 0
+    not_installed = []  # cells run whose environment could not be installed: no check ran, the time is not theirs
     for cell_id, cell in sorted(after.items()):
         earlier = before.get(cell_id) or {}
         if earlier and earlier.get("started") == cell.get("started"):
@@ -57,6 +61,8 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
                 _count_check(checks, check["check"], "kept")
             continue
         cells_run += 1
+        if cell.get("checks") and all(is_install_class(c.get("failure_class")) for c in cell["checks"]):
+            not_installed.append(cell_id)
         recorded = {k: float(v or 0) for k, v in (cell.get("phases") or {}).items()}
         for name, seconds in recorded.items():
             phases[name] = round(phases.get(name, 0.0) + seconds, 3)
@@ -73,5 +79,6 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
                 _count_check(checks, name, "ran", float(check.get("duration") or 0))
         other = float(cell.get("duration") or 0) - _covered(recorded) - in_checks
         phases["other"] = round(phases.get("other", 0.0) + max(other, 0.0), 3)
-    return {"cells_run": cells_run, "cells_kept": cells_kept, "phases_s": phases, "checks": checks,
+    return {"cells_run": cells_run, "cells_kept": cells_kept, "cells_not_installed": len(not_installed),
+            "not_installed": not_installed, "phases_s": phases, "checks": checks,
             "checks_reused": sum(c["reused"] for c in checks.values())}

@@ -19,7 +19,9 @@ FIGURES = [
         ("serial: one cell after the other, no reuse", "old_way.wall_s", "s"),
         ("defaults: `--jobs auto`, forked checks, reuse", "new_way.wall_s", "s"),
         ("serial over defaults", "old_to_new_ratio", "x"),
-        ("a warm rerun (every cell kept)", "warm_rerun.wall_s", "s")]),
+        ("a warm rerun (every cell kept)", "warm_rerun.wall_s", "s"),
+        ("cells whose environment this machine could not install (no check ran)", "new_way.cells_not_installed",
+         "")]),
     ("four_families_in_a_cell", "the four check families in one FSDP cell, as a cell runs them", [
         ("wall time", "seconds", "s"), ("CPU time", "cpu_seconds", "s")]),
     ("checks_per_cell", "every check of one cell, each in a fresh interpreter", [

@@ -27,3 +27,13 @@ def test_breakdown_counts_only_what_the_run_did():
     partial = phases.breakdown(first, rerun_b)  # a kept from the earlier run, b run again; no phases recorded
     assert partial["checks"]["a"]["kept"] == 1 and partial["checks"]["b"]["ran"] == 1
     assert partial["phases_s"] == {"other": 0.0}
+
+
+def test_cells_whose_environment_could_not_be_installed_are_counted_apart():
+    refused = {"check": "a", "duration": 0.0, "status": "error", "failure_class": "install-runner"}
+    conflict = {"check": "b", "duration": 0.0, "status": "error", "failure_class": "install-conflict"}
+    ran = {"check": "a", "duration": 2.0, "status": "pass"}
+    broken = {"check": "b", "duration": 1.0, "status": "error", "failure_class": "crash"}
+    done = phases.breakdown({}, {"x": cell("t1", 1.0, [refused, conflict]), "y": cell("t1", 3.0, [ran, broken]),
+                                 "z": cell("t1", 0.5, [refused])})
+    assert done["cells_run"] == 3 and done["cells_not_installed"] == 2 and done["not_installed"] == ["x", "z"]
