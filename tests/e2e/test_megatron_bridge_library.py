@@ -5,6 +5,7 @@ error, not a skip."""
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not HAVE_MEGATRON_BRIDGE, reason="megatron-bridge is not installed")]
 
 
+ROOT = Path(__file__).resolve().parents[2]
 LIBRARY_JOBS = ("megatron-bridge-tp1", "megatron-bridge-tp2", "megatron-bridge-ep2")
 
 
@@ -82,21 +84,36 @@ def test_each_broken_piece_fails_its_verdicts(tmp_path, broken):
         assert text in verdicts["megatron-bridge/text-hybrid-tp1/mtp-roundtrip"].message
 
 
-def test_an_installed_megatron_bridge_that_fails_to_import_is_an_error(tmp_path, monkeypatch):
+def test_an_installed_megatron_bridge_that_fails_to_import_is_an_error(tmp_path):
     """Without the Transformer Engine stand-in the real `import megatron.bridge` fails on a CPU runner (its LoRA
-    module imports transformer_engine at module level): the row pins it, so that is an error."""
+    module imports transformer_engine at module level): the row pins it, so that is an error. In a fresh
+    interpreter: bridge-parity imports Megatron-Bridge in its own process before forking the jobs' ranks, so a
+    test process that ran it before already holds the module."""
     import importlib.util as util
-
-    from harness.checks.bridge_parity import te_import
-    from harness.results.records import Status
+    import json
+    import subprocess
+    import sys
 
     if util.find_spec("transformer_engine") is not None:
         pytest.skip("Transformer Engine is installed: megatron.bridge imports without the stand-in")
-    monkeypatch.setattr(te_import, "install", lambda: None)  # the forked ranks inherit it
-    result, verdicts = _run(tmp_path, jobs=("megatron-bridge-tp1",))
-    assert result.status == Status.ERROR, result.message
-    assert {v.status for v in verdicts.values()} == {Status.ERROR}
-    assert all("transformer_engine" in v.message and "the row pins it" in v.message for v in verdicts.values())
+    done = subprocess.run([sys.executable, "-c", NO_STAND_IN, str(tmp_path)], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == "error", result["message"]
+    assert {v["status"] for v in result["verdicts"]} == {"error"}
+    assert all("transformer_engine" in v["message"] and "the row pins it" in v["message"] for v in result["verdicts"])
+
+
+NO_STAND_IN = """
+import json, sys
+from pathlib import Path
+from harness.checks.bridge_parity import te_import
+te_import.install = lambda: None  # no stand-in (the forked ranks inherit it): the real import, as on a CPU runner
+from harness.checks import CheckOptions, bridge_parity
+result = bridge_parity.run(CheckOptions(backend="megatron", work_dir=Path(sys.argv[1])), jobs=("megatron-bridge-tp1",))
+print(json.dumps(result.to_dict()))
+"""
 
 
 MTP_SPEC_PROBE = """

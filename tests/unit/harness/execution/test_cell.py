@@ -77,6 +77,8 @@ def test_verl_rows_checks_get_the_harness_uv_its_forwarded_pip_settings_and_a_te
     assert env["UV_FIND_LINKS"] == wheels  # uv ignores pip's settings: the verl-tests overlay needs them
     assert env["HARNESS_VERL_TESTS_CACHE"] == str(tmp_path / "envs" / ".verl-tests")
     assert env["HARNESS_UV"].endswith("uv")
+    for name in FORK_SAFETY:  # the tests' conftest exports them, as the harness gives them to check processes
+        monkeypatch.delenv(name, raising=False)
     assert set(check_environment(_cell(), opts)) == {"HARNESS_DEVICE", *FORK_SAFETY}  # no verl: nothing of it
 
 
@@ -125,6 +127,8 @@ def test_each_check_process_gets_its_devices_settings(monkeypatch, tmp_path):
     assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8" and env["HARNESS_DEVICE"] == "cuda"
     assert "NCCL_ALGO" not in env  # exported: the check inherits the user's value unchanged
     cell = Cell("m", "c", {"device": "cpu", "backend": "fsdp", "model": "text"}, (), ())
+    for name in FORK_SAFETY:  # exported by the tests' conftest; a user's value would win the same way
+        monkeypatch.delenv(name, raising=False)
     assert set(check_environment(cell, opts)) == {"HARNESS_DEVICE", *FORK_SAFETY}
 
 
