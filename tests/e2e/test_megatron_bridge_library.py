@@ -86,30 +86,38 @@ def test_each_broken_piece_fails_its_verdicts(tmp_path, broken):
 
 def test_an_installed_megatron_bridge_that_fails_to_import_is_an_error(tmp_path):
     """Without the Transformer Engine stand-in the real `import megatron.bridge` fails on a CPU runner (its LoRA
-    module imports transformer_engine at module level): the row pins it, so that is an error. In a fresh
-    interpreter: bridge-parity imports Megatron-Bridge in its own process before forking the jobs' ranks, so a
-    test process that ran it before already holds the module."""
+    module imports transformer_engine at module level): the row pins it, so that is an error. The stand-in is
+    turned off in every process of a fresh run (a sitecustomize on its path): the check's own, which imports
+    Megatron-Bridge before forking, and its ranks, forked or torchrun's."""
     import importlib.util as util
     import json
+    import os
     import subprocess
     import sys
 
     if util.find_spec("transformer_engine") is not None:
         pytest.skip("Transformer Engine is installed: megatron.bridge imports without the stand-in")
-    done = subprocess.run([sys.executable, "-c", NO_STAND_IN, str(tmp_path)], capture_output=True, text=True,
-                          timeout=900, cwd=ROOT, check=False)
+    startup = tmp_path / "no-stand-in"
+    startup.mkdir()
+    (startup / "sitecustomize.py").write_text(NO_STAND_IN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(startup), str(ROOT),
+                                                                    os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-c", RUN_TP1, str(tmp_path / "work")], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT, env=env, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["status"] == "error", result["message"]
+    assert result["status"] == "error", (result["message"], result["metrics"].get("ranks"))
     assert {v["status"] for v in result["verdicts"]} == {"error"}
     assert all("transformer_engine" in v["message"] and "the row pins it" in v["message"] for v in result["verdicts"])
 
 
 NO_STAND_IN = """
+from harness.checks.bridge_parity import te_import
+te_import.install = lambda: None  # no stand-in: the real import, as on a CPU runner without it
+"""
+RUN_TP1 = """
 import json, sys
 from pathlib import Path
-from harness.checks.bridge_parity import te_import
-te_import.install = lambda: None  # no stand-in (the forked ranks inherit it): the real import, as on a CPU runner
 from harness.checks import CheckOptions, bridge_parity
 result = bridge_parity.run(CheckOptions(backend="megatron", work_dir=Path(sys.argv[1])), jobs=("megatron-bridge-tp1",))
 print(json.dumps(result.to_dict()))
