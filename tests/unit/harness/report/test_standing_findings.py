@@ -3,6 +3,8 @@ the same cases in every row, is stated once and turns no row broken; anything el
 "broken in every row", naming this project's file where it raised the failure; no range passes a failed version."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from cause_cells import DECLARED, PARSER_RULE, cell, parity, ran, verdicts
 
 from harness.matrix.rules import Selector, StandingRule
@@ -13,10 +15,12 @@ from harness.report.markdown import to_markdown
 from harness.report.row_verdicts import lines, row_verdicts
 from harness.results.records import CheckResult, Status
 
+# A traceback as a run on this checkout writes it: the project's files under wherever the project lies.
+ROOT = Path(__file__).resolve().parents[4]
 TRACEBACK = ('Traceback (most recent call last):\n'
-             '  File "/home/ci/repo/harness/execution/runner.py", line 38, in execute\n'
+             f'  File "{ROOT / "harness" / "execution" / "runner.py"}", line 38, in execute\n'
              '    result = checks.run_in_process(name, options)\n'
-             '  File "/home/ci/repo/trainers/fsdp/engine.py", line 12, in <module>\n'
+             f'  File "{ROOT / "trainers" / "fsdp" / "engine.py"}", line 12, in <module>\n'
              '    from transformers.models.qwen3_5 import Qwen3_5Gone\n'
              "ImportError: cannot import name 'Qwen3_5Gone'\n")
 
