@@ -15,16 +15,18 @@ GPTModel and gathers the shards back into one HF state dict.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
 import os
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
 import torch
+
+from harness.files import write_json_atomic
 
 from . import mapping
 from .mapping import is_expert, is_tensor_parallel  # noqa: F401  (the trainer's grad handling uses them)
@@ -89,17 +91,8 @@ def _read_cached(key: str) -> dict | None:
 def _write_cached(key: str, report: dict) -> dict:
     path = _cache_file(key)
     if path is not None:
-        try:  # whole or not at all: ranks of one launch ask at the same moment
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key}.", suffix=".tmp")
-        except OSError:  # a cache that cannot be written costs time, never the answer
-            return report
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(report, handle)
-            os.replace(tmp, path)
-        except OSError:
-            Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a cache that cannot be written costs time, never the answer
+            write_json_atomic(path, report)  # whole or not at all: ranks of one launch ask at the same moment
     return report
 
 

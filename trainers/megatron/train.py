@@ -77,6 +77,7 @@ def response_logprobs(model, batch: RolloutBatch, temperature: float, with_entro
 RANK_IMPORTS = ("megatron.core", "megatron.core.parallel_state", "megatron.core.models.gpt.gpt_layer_specs",
                 "megatron.core.transformer.transformer_block", "megatron.core.ssm.gated_delta_net.common")
 
+
 class MegatronGRPOTrainer(GRPOLoop):
     def __init__(self, config: MegatronTrainConfig):
         from megatron.core import parallel_state as ps

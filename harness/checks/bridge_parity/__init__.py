@@ -57,7 +57,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -236,12 +235,10 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     work = Path(options.work_dir) / "bridge-parity"
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    from harness.checks.support.ranks import preload
+    from harness.checks.support.ranks import preload, preload_trainer
 
-    preload("harness.checks.bridge_parity.ranks", "trainers.megatron.train", "trainers.megatron.model",
-            "trainers.megatron.mapping")
-    # megatron-core, which the ranks import only when they build their models
-    preload(*getattr(sys.modules.get("trainers.megatron.train"), "RANK_IMPORTS", ()))
+    preload("harness.checks.bridge_parity.ranks", "trainers.megatron.model", "trainers.megatron.mapping")
+    preload_trainer("trainers.megatron")  # with megatron-core, which the ranks import only to build their models
     results, launchers = {}, {}
     for job in jobs:  # forked ranks die with this process (and are killed on any exception)
         if job in megatron_bridge.JOBS and not any(done in megatron_bridge.JOBS for done in results):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -91,22 +90,15 @@ def forked_trainer(command: list[str]) -> tuple[str, list[str], int] | None:
     """(trainer module, its argv, ranks) of a `trainer_command` that can run on ranks forked from this
     process: on CPU with Hugging Face rollout, or with vLLM on one rank (its engine then runs inside the
     rank: trainers.rollout). Accelerator runtimes, and vLLM's own engine processes, keep torchrun's. The
-    trainer's imports are made here first (`preload_trainer`), then whether forking is safe is asked."""
+    trainer's imports are made here first (`ranks.preload_trainer`), then whether forking is safe is asked."""
     nproc, module, argv = int(command[5]), command[7], command[8:]  # the layout trainer_command builds
     options = dict(zip(argv[::2], argv[1::2]))  # every trainer flag it passes takes a value
     rollout = options.get("--rollout", "hf")
     forkable = options["--device"] == "cpu" and (rollout == "hf" or (rollout == "vllm" and nproc == 1))
     if not forkable:
         return None
-    preload_trainer(module)
+    ranks.preload_trainer(module)
     return (module, argv, nproc) if ranks.fork_safe() else None
-
-
-def preload_trainer(module: str) -> None:
-    """The trainer's imports, shared with every forked rank: its train module and what its ranks import only when
-    they build their model (the train module's RANK_IMPORTS, where it has them)."""
-    ranks.preload(f"{module}.train")
-    ranks.preload(*getattr(sys.modules.get(f"{module}.train"), "RANK_IMPORTS", ()))
 
 
 def run_trainer(command: list[str], log: Path, timeout: float = RUN_TIMEOUT) -> tuple[int | None, float]:

@@ -178,6 +178,13 @@ def fork_safe() -> bool:
     return sys.platform == "linux" and native_threads() == 0
 
 
+def preload_trainer(module: str) -> None:
+    """A trainer package's imports, shared with every forked rank: its train module and what its ranks import only
+    when they build their model (the train module's RANK_IMPORTS, where it has them)."""
+    preload(f"{module}.train")
+    preload(*getattr(sys.modules.get(f"{module}.train"), "RANK_IMPORTS", ()))
+
+
 def run_ranks(target: Callable[[], int | None], nproc: int, log: Path, timeout: float,
               env: dict[str, str] | None = None) -> RanksOutcome:
     """Fork the ranks and wait for them (see ForkedRanks)."""
