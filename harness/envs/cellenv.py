@@ -29,7 +29,7 @@ from pathlib import Path
 from harness.errors import EnvironmentMissing
 from harness.files import write_text_atomic
 
-from . import importrecord, pipconfig
+from . import bytecode, importrecord, pipconfig
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 HARNESS_NEEDS = ("packaging",)
@@ -198,6 +198,7 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
                 _run_logged([uv, "pip", "uninstall", "--python", str(env.python), *remove], log, uv_env)
             write_text_atomic(marker, json.dumps(wanted))
             install_import_recorder(env)
+            share_bytecode(env, "seed", env_root)
         except (SetupFailed, OSError, ValueError) as exc:
             log.flush()
             raise SetupFailed(f"{exc}: {tail(log_path)}") from exc
@@ -207,6 +208,18 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
 def site_packages(env: CellEnv) -> list[Path]:
     """The environment's site-packages directories (one on Linux and macOS)."""
     return sorted(env.path.glob("lib/python*/site-packages")) + sorted(env.path.glob("Lib/site-packages"))
+
+
+def share_bytecode(env: CellEnv, action: str, env_root: Path) -> None:
+    """Bytecode shared between environments (envs/bytecode.py), run by the environment's own interpreter: `seed`
+    links into it what the store holds, `keep` stores what it compiled. A failure costs compile time, nothing else."""
+    argv = [str(env.python), "-m", "harness.envs.bytecode", action, str(bytecode.store_for(env_root).resolve()),
+            *map(str, site_packages(env))]
+    try:
+        subprocess.run(argv, env=env.run_env(), capture_output=True, timeout=120, check=False,
+                       preexec_fn=die_with_parent)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def install_import_recorder(env: CellEnv) -> None:

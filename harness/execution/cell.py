@@ -186,6 +186,7 @@ def _run_checks(cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts: RunOptio
         capture.update(result.environment)  # the checks' contexts read it from now on
         result.phases["capture"] = round(time.perf_counter() - phase, 3)
         processes.ready()
+        cellenv.share_bytecode(env, "keep", opts.env_root)  # what the server compiled, for cells starting meanwhile
 
         def one(name: str) -> CheckResult:
             return _reused_or_run(name, cell, cell_reuse, lambda run_opts: _one_check(
@@ -199,6 +200,7 @@ def _run_checks(cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts: RunOptio
         result.phases["imports"] = processes.imports
     finally:
         processes.close()
+        cellenv.share_bytecode(env, "keep", opts.env_root)
 
 
 def _cell_reuse(cell: Cell, env: cellenv.CellEnv, opts: RunOptions, capture: dict) -> CellReuse | None:
