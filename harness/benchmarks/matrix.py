@@ -172,7 +172,10 @@ def bench(chosen: Slice, work: Path) -> dict:
     new_flags, new_lacks = usable_flags(DEFAULT_FLAGS)
     figures: dict = {**provenance.stamp(), "matrix": chosen.matrix_file.name,
                      "cells": ids, "checks": list(chosen.checks) or "the matrix's",
-                     "harness_lacks": old_lacks + new_lacks, "uv_cache_warm_up_s": warm_uv_cache(cells, work / "warm")}
+                     "harness_lacks": old_lacks + new_lacks, "uv_cache_warm_up_s": warm_uv_cache(cells, work / "warm"),
+                     # uv told to use its cache only: where a package proxy answers the revalidation of a cached
+                     # wheel with a new download, every install would fetch torch again despite the warm-up
+                     "uv_offline": bool(os.environ.get("UV_OFFLINE"))}
     if chosen.serial:
         figures["old_way"] = timed_run("old-way", chosen, ids, old_flags, work / "old", work / "old-envs", work)
     figures["new_way"] = timed_run("new-way", chosen, ids, new_flags, work / "new", work / "new-envs", work)
