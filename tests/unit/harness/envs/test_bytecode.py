@@ -8,9 +8,12 @@ import os
 import py_compile
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
-from harness.envs import bytecode
+from wheel_helpers import offline_index, wheel
+
+from harness.envs import bytecode, cellenv
 
 MODULE = "VALUE = 41 + 1\n"
 
@@ -98,3 +101,43 @@ def test_only_this_interpreters_bytecode_is_seeded(tmp_path):
 
 def test_no_store_yet_seeds_nothing(tmp_path):
     assert bytecode.seed([_environment(tmp_path, "a")], tmp_path / "missing") == 0
+
+
+def _wheel_with_record(folder: Path) -> Path:
+    """A wheel of `sharedmod` whose RECORD names its module's sha256, as released wheels do."""
+    text = MODULE.encode()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(text).digest()).rstrip(b"=").decode()
+    info = "sharedmod-1.0.dist-info"
+    path = folder / "sharedmod-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("sharedmod.py", text)
+        archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: sharedmod\nVersion: 1.0\n")
+        archive.writestr(f"{info}/WHEEL",
+                         "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", f"sharedmod.py,sha256={digest},{len(text)}\n{info}/METADATA,,\n"
+                                           f"{info}/WHEEL,,\n{info}/RECORD,,\n")
+    return path
+
+
+def test_environments_built_by_cellenv_share_what_a_check_compiled(tmp_path, monkeypatch):
+    """The path a cell takes: build (seed), a check compiles, the cell keeps; the next cell's build links it."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel_with_record(wheels)
+    wheel(wheels, "packaging", "99.0")  # what every cell environment gets (cellenv.HARNESS_NEEDS)
+    offline_index(monkeypatch, wheels)
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    root = tmp_path / "envs"
+    first = cellenv.build("a", ["sharedmod==1.0"], root, tmp_path / "a.log", sys.executable)
+    code = "import sharedmod; print(sharedmod.VALUE)"
+    subprocess.run([str(first.python), "-c", code], check=True, env=first.run_env(), capture_output=True)
+    cellenv.share_bytecode(first, "keep", root)
+
+    second = cellenv.build("b", ["sharedmod==1.0"], root, tmp_path / "b.log", sys.executable)
+    seeded = Path(importlib.util.cache_from_source(str(cellenv.site_packages(second)[0] / "sharedmod.py")))
+    assert seeded.read_bytes()[4:8] == (0b11).to_bytes(4, "little")
+    linked = seeded.stat().st_ino
+    done = subprocess.run([str(second.python), "-c", code], check=True, env=second.run_env(), capture_output=True,
+                          text=True)
+    assert done.stdout.strip() == "42"
+    assert seeded.stat().st_ino == linked
