@@ -6,7 +6,8 @@ each phase a cell records in `phases` (environment, capture, imports), each chec
 cost nothing now, and is counted instead), and the rest of each cell's time as "other" (capture and
 imports overlap, so "other" subtracts the longer of the two). The files are read as plain JSON, so a
 harness that does not record phases or reuse yet is measured too (its environment and capture time then
-shows as "other"). With cells in parallel the sums exceed the wall time. Cells whose environment could not be
+shows as "other"). With cells in parallel the sums exceed the wall time. Each cell run's own seconds are listed
+too, longest first. Cells whose environment could not be
 installed (every check an install verdict) are counted apart: they cost seconds, not a run of their checks.
 """
 from __future__ import annotations
@@ -53,6 +54,7 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
     checks: dict[str, dict] = {}
     cells_run = cells_kept = 0
     not_installed = []  # cells run whose environment could not be installed: no check ran, the time is not theirs
+    cell_seconds: dict[str, float] = {}  # each cell run, longest first: where to look next
     for cell_id, cell in sorted(after.items()):
         earlier = before.get(cell_id) or {}
         if earlier and earlier.get("started") == cell.get("started"):
@@ -63,6 +65,7 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
         cells_run += 1
         if cell.get("checks") and all(is_install_class(c.get("failure_class")) for c in cell["checks"]):
             not_installed.append(cell_id)
+        cell_seconds[cell_id] = round(float(cell.get("duration") or 0), 1)
         recorded = {k: float(v or 0) for k, v in (cell.get("phases") or {}).items()}
         for name, seconds in recorded.items():
             phases[name] = round(phases.get(name, 0.0) + seconds, 3)
@@ -81,4 +84,5 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
         phases["other"] = round(phases.get("other", 0.0) + max(other, 0.0), 3)
     return {"cells_run": cells_run, "cells_kept": cells_kept, "cells_not_installed": len(not_installed),
             "not_installed": not_installed, "phases_s": phases, "checks": checks,
-            "checks_reused": sum(c["reused"] for c in checks.values())}
+            "checks_reused": sum(c["reused"] for c in checks.values()),
+            "cells_s": dict(sorted(cell_seconds.items(), key=lambda item: -item[1]))}

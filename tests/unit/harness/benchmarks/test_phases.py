@@ -20,7 +20,7 @@ def test_breakdown_counts_only_what_the_run_did():
     assert done["checks"]["b"]["seconds"] == 0.0  # a reused result cost nothing in this run
 
     warm = phases.breakdown(first, first)  # the file kept its start time: reused whole
-    assert (warm["cells_run"], warm["cells_kept"], warm["phases_s"]) == (0, 1, {})
+    assert (warm["cells_run"], warm["cells_kept"], warm["phases_s"], warm["cells_s"]) == (0, 1, {}, {})
     assert warm["checks"]["a"]["kept"] == 1 and warm["checks"]["a"]["seconds"] == 0.0
 
     rerun_b = {"c": cell("t2", 3.0, [ran, {**reused, "reused_from": None, "duration": 3.0}])}
@@ -37,3 +37,4 @@ def test_cells_whose_environment_could_not_be_installed_are_counted_apart():
     done = phases.breakdown({}, {"x": cell("t1", 1.0, [refused, conflict]), "y": cell("t1", 3.0, [ran, broken]),
                                  "z": cell("t1", 0.5, [refused])})
     assert done["cells_run"] == 3 and done["cells_not_installed"] == 2 and done["not_installed"] == ["x", "z"]
+    assert list(done["cells_s"].items()) == [("y", 3.0), ("x", 1.0), ("z", 0.5)]  # each cell run, longest first
