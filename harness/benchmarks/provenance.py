@@ -1,14 +1,20 @@
 """What every group `nox -s bench` writes to bench/figures.json carries beside its figures: the date, the machine
 and the project's git revision that produced them (`harness_revision`; '+dirty' when the tree had uncommitted
-changes, null where no git could say). The measured page shows the three with each figure
+changes other than the figures file itself, null where no git could say). The measured page shows the three with each figure
 (harness/docsgen/figures.py), and a group that lacks one is shown as not recorded there, never given another's.
 """
 from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
+import subprocess
+from pathlib import Path
 
 from harness.envs import envinfo
+from harness.envs.cellenv import PROJECT_ROOT, die_with_parent
+
+FIGURES = "bench/figures.json"  # what the bench itself writes: changed by the run before, it makes no tree dirty
 
 STAMP_KEYS = ("date", "machine", "harness_revision")
 
@@ -19,9 +25,31 @@ def machine() -> dict:
     return {"cpu": envinfo._cpu_model(), "cores": os.cpu_count(), "memory_gib": round(memory / 2**30, 1)}
 
 
+def revision(root: Path = PROJECT_ROOT) -> str | None:
+    """The project's git revision, '+dirty' where tracked files other than FIGURES changed: two runs of the bench
+    on one commit are runs of the same revision, although the first rewrote the figures file. None without git;
+    HARNESS_REVISION where set (envinfo.project_revision)."""
+    if os.environ.get("HARNESS_REVISION"):
+        return os.environ["HARNESS_REVISION"]
+    if not (root / ".git").exists() or not shutil.which("git"):
+        return None
+    try:
+        described = subprocess.run(["git", "-C", str(root), "describe", "--always", "--abbrev=12"],
+                                   capture_output=True, text=True, timeout=30, preexec_fn=die_with_parent)
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                  f":(exclude){FIGURES}"], capture_output=True, text=True, timeout=30,
+                                 preexec_fn=die_with_parent)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = described.stdout.strip()
+    if not found or described.returncode or changed.returncode:
+        return None
+    return found + ("+dirty" if changed.stdout.strip() else "")
+
+
 def stamp() -> dict:
     """This run's date, machine and revision."""
-    return {"date": dt.date.today().isoformat(), "machine": machine(), "harness_revision": envinfo.project_revision()}
+    return {"date": dt.date.today().isoformat(), "machine": machine(), "harness_revision": revision()}
 
 
 def stamped(group, run: dict):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
 
 from harness.benchmarks import provenance
 
@@ -19,3 +20,27 @@ def test_a_group_keeps_what_it_says_itself_and_gets_the_rest():
     own = {"date": "2026-01-01", "harness_revision": None, "seconds": 1.0}  # a null is no revision of its own
     assert provenance.stamped(own, run) == {**run, "date": "2026-01-01", "seconds": 1.0}
     assert provenance.stamped([{"x": 1}, 2], run) == [{**run, "x": 1}, 2]
+
+
+def test_the_figures_file_the_bench_rewrites_makes_no_revision_dirty(tmp_path, monkeypatch):
+    """Two runs on one commit: the first rewrote bench/figures.json, and the second is still on that revision;
+    any other tracked change is '+dirty'."""
+    monkeypatch.delenv("HARNESS_REVISION", raising=False)
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                       capture_output=True)
+
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "figures.json").write_text("{}\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    clean = provenance.revision(tmp_path)
+    assert clean and not clean.endswith("+dirty")
+
+    (tmp_path / "bench" / "figures.json").write_text('{"grpo_vs_trl": {}}\n')
+    assert provenance.revision(tmp_path) == clean
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert provenance.revision(tmp_path) == clean + "+dirty"
