@@ -1,7 +1,8 @@
 """What every group `nox -s bench` writes to bench/figures.json carries beside its figures: the date, the machine
 and the project's git revision that produced them (`harness_revision`; '+dirty' when the tree had uncommitted
-changes other than the figures file itself, null where no git could say). The measured page shows the three with each figure
-(harness/docsgen/figures.py), and a group that lacks one is shown as not recorded there, never given another's.
+changes other than the figures file itself, null where no git could say). The measured page shows the three
+with each figure (harness/docsgen/figures.py), and a group that lacks one is shown as not recorded there, never
+given another's.
 """
 from __future__ import annotations
 

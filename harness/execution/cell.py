@@ -205,7 +205,10 @@ def _run_checks(cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts: RunOptio
 
 def row_preload(cell: Cell) -> tuple[str, ...]:
     """What the cell's check server imports besides forkserver.PRELOAD: the packages of the row's own axes that
-    most of its checks import (forkserver.ROW_PRELOAD)."""
+    most of its checks import (forkserver.ROW_PRELOAD). On CPU only: verl asks torch.cuda.is_available() at import,
+    which starts the CUDA runtime in the server on a GPU runner, and a forked check could not use it."""
+    if cell.axes.get("device") != "cpu":
+        return ()
     return tuple(module for axis, modules in forkserver.ROW_PRELOAD.items() if axis in cell.axes for module in modules)
 
 

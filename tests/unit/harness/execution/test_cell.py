@@ -185,3 +185,4 @@ def test_the_check_server_of_a_verl_row_also_imports_verl():
 
     assert row_preload(_cell(verl="0.9.1", transformers="5.9.0")) == ("verl",)
     assert row_preload(_cell(transformers="5.9.0")) == ()
+    assert row_preload(_cell(verl="0.9.1", device="cuda")) == ()  # its import would start CUDA before the fork
