@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 from harness.envs import envinfo
-from harness.envs.cellenv import PROJECT_ROOT, die_with_parent
+from harness.envs.cellenv import PROJECT_ROOT
 
 FIGURES = "bench/figures.json"  # what the bench itself writes: changed by the run before, it makes no tree dirty
 
@@ -27,25 +25,9 @@ def machine() -> dict:
 
 
 def revision(root: Path = PROJECT_ROOT) -> str | None:
-    """The project's git revision, '+dirty' where tracked files other than FIGURES changed: two runs of the bench
-    on one commit are runs of the same revision, although the first rewrote the figures file. None without git;
-    HARNESS_REVISION where set (envinfo.project_revision)."""
-    if os.environ.get("HARNESS_REVISION"):
-        return os.environ["HARNESS_REVISION"]
-    if not (root / ".git").exists() or not shutil.which("git"):
-        return None
-    try:
-        described = subprocess.run(["git", "-C", str(root), "describe", "--always", "--abbrev=12"],
-                                   capture_output=True, text=True, timeout=30, preexec_fn=die_with_parent)
-        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                  f":(exclude){FIGURES}"], capture_output=True, text=True, timeout=30,
-                                 preexec_fn=die_with_parent)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    found = described.stdout.strip()
-    if not found or described.returncode or changed.returncode:
-        return None
-    return found + ("+dirty" if changed.stdout.strip() else "")
+    """The project's revision as cells record it (envinfo.project_revision), FIGURES aside: two runs of the bench
+    on one commit are runs of the same revision, although the first rewrote the figures file."""
+    return envinfo.project_revision(root, ignoring=(FIGURES,))
 
 
 def stamp() -> dict:

