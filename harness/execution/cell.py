@@ -45,7 +45,7 @@ from harness.results.records import (
 )
 from trainers.runtime import determinism
 
-from . import container_cell, forkserver, module_providers, runner
+from . import container_cell, module_providers, runner
 from .forkclient import CheckProcesses
 from .jobs import Budget, Progress
 from .reuse import CellReuse, ReuseIndex, context, harness_revision
@@ -177,7 +177,7 @@ def _run_checks(cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts: RunOptio
     # A cell that expects to reuse every check starts its server only if one is not reused after all.
     expect_reuse = cell_reuse is not None and all(cell_reuse.may_reuse(name) for name in to_run)
     processes = CheckProcesses(env.python, env.run_env(check_environment(cell, opts)), setup_log,
-                               fork=opts.fork and bool(to_run), start=not expect_reuse, row_preload=row_preload(cell))
+                               fork=opts.fork and bool(to_run), start=not expect_reuse)
     try:
         phase = time.perf_counter()
         result.environment = _capture(env, opts)
@@ -201,15 +201,6 @@ def _run_checks(cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts: RunOptio
     finally:
         processes.close()
         cellenv.share_bytecode(env, "keep", opts.env_root)
-
-
-def row_preload(cell: Cell) -> tuple[str, ...]:
-    """What the cell's check server imports besides forkserver.PRELOAD: the packages of the row's own axes that
-    most of its checks import (forkserver.ROW_PRELOAD). On CPU only: verl asks torch.cuda.is_available() at import,
-    which starts the CUDA runtime in the server on a GPU runner, and a forked check could not use it."""
-    if cell.axes.get("device") != "cpu":
-        return ()
-    return tuple(module for axis, modules in forkserver.ROW_PRELOAD.items() if axis in cell.axes for module in modules)
 
 
 def _cell_reuse(cell: Cell, env: cellenv.CellEnv, opts: RunOptions, capture: dict) -> CellReuse | None:

@@ -20,7 +20,7 @@ from harness.envs.cellenv import die_with_parent
 from harness.envs.importrecord import GRAPH_VARIABLE
 from harness.results.records import CheckResult
 
-from . import forkserver, runner
+from . import runner
 
 READY_TIMEOUT = 900.0  # seconds for the server's imports; a loaded 2-core machine took about 60
 REPLY_TIMEOUT = 60.0  # seconds for a fork, or for the server to reap a killed check
@@ -146,12 +146,10 @@ class CheckProcesses:
     """Where a cell's checks run: forked from its check server while one lives, else fresh interpreters."""
 
     def __init__(self, python: Path | str, env: dict[str, str], setup_log: Path, fork: bool = True,
-                 preload: tuple[str, ...] | None = None, start: bool = True, row_preload: tuple[str, ...] = ()):
+                 preload: tuple[str, ...] | None = None, start: bool = True):
         """`start=False` defers the server to the first check run: a cell that expects to reuse every
-        check from other cells pays for no imports unless one is not reused after all. `row_preload`: imported
-        after `preload` (None: forkserver.PRELOAD), and dropped if the server refuses with them."""
+        check from other cells pays for no imports unless one is not reused after all."""
         self.python, self.env, self.setup_log, self.preload = python, env, setup_log, preload
-        self.row_preload = row_preload
         self.fork, self.started = fork, False
         self.server: CheckServer | None = None
         self.imports = 0.0
@@ -162,34 +160,20 @@ class CheckProcesses:
         """Start the check server (once: one that failed is not tried again), if the cell forks its checks."""
         if self.fork and not self.started:
             self.started = True
-            self.server = CheckServer(self.python, self.env, self.setup_log, self._modules())
-
-    def _modules(self) -> tuple[str, ...] | None:
-        if not self.row_preload:
-            return self.preload
-        return (*(forkserver.PRELOAD if self.preload is None else self.preload), *self.row_preload)
+            self.server = CheckServer(self.python, self.env, self.setup_log, self.preload)
 
     def ready(self) -> float:
-        """Wait for the server's imports (they overlap whatever ran since the start); their seconds, 0 without one.
-        A server that refused with the row's own packages (they did not import, or left a thread) is started
-        again without them."""
+        """Wait for the server's imports (they overlap whatever ran since the start); their seconds, 0 without one."""
         if self.server is not None and not self.server.is_ready:
             try:
                 self.server.wait_ready()
+                self.imports = self.server.imports
+                counted = ("each check counts the preloaded packages it touches" if self.server.graph else
+                           "no import recorder: each check counts all of them")
+                self._note(f"check server ready: imported {', '.join(self.server.modules) or 'nothing'} "
+                           f"once in {self.imports:.1f} s ({counted})")
             except ServerUnavailable as exc:
-                if not self.row_preload:
-                    self._fall_back(str(exc))
-                    return self.imports
-                self._note(f"check server: {exc}; started again without {', '.join(self.row_preload)}")
-                self.close()
-                self.row_preload = ()
-                self.server = CheckServer(self.python, self.env, self.setup_log, self._modules())
-                return self.ready()
-            self.imports = self.server.imports
-            counted = ("each check counts the preloaded packages it touches" if self.server.graph else
-                       "no import recorder: each check counts all of them")
-            self._note(f"check server ready: imported {', '.join(self.server.modules) or 'nothing'} "
-                       f"once in {self.imports:.1f} s ({counted})")
+                self._fall_back(str(exc))
         return self.imports
 
     def run(self, name: str, args: list[str], log_path: Path, timeout: float, env: dict[str, str] | None = None,

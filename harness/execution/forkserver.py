@@ -41,12 +41,6 @@ from . import runner
 PRELOAD = ("torch", "numpy", "torch.distributed", "torch.distributed.fsdp", "transformers",
            "transformers.models.qwen3_5.modeling_qwen3_5", "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
            runner.ENTRY)
-# Preloaded besides PRELOAD in a row that installs the package: most of such a row's checks import it (verl: its
-# protocol, Ray and pyarrow, about 4 s on a core, in 7 of a verl row's checks). Importing verl sets two of Ray's
-# variables and the root logger's level, neither of which a check that does not touch verl reads for a verdict.
-# A row whose verl does not import, or leaves a thread, still gets a server: PRELOAD alone (forkclient). CPU rows
-# only (cell.row_preload): verl's import asks torch.cuda.is_available(), which starts CUDA before the fork.
-ROW_PRELOAD = {"verl": ("verl",)}
 EXIT_ORPHANED = 70  # the server died between fork and PDEATHSIG: nobody waits for this check
 
 

@@ -178,11 +178,3 @@ def test_a_reused_result_is_rewritten_only_when_the_matrixs_known_failures_chang
     assert reapply_known_failures(result, cell) is False  # applied again: the same
     other = next(c for c in m.cells if c.axes["tensordict"] == "0.15.3")  # no entry covers it there
     assert reapply_known_failures(result, other) is True and result.checks[1].status is Status.FAIL
-
-
-def test_the_check_server_of_a_verl_row_also_imports_verl():
-    from harness.execution.cell import row_preload
-
-    assert row_preload(_cell(verl="0.9.1", transformers="5.9.0")) == ("verl",)
-    assert row_preload(_cell(transformers="5.9.0")) == ()
-    assert row_preload(_cell(verl="0.9.1", device="cuda")) == ()  # its import would start CUDA before the fork

@@ -167,32 +167,6 @@ def test_a_server_that_cannot_fork_safely_falls_back_and_says_why(tmp_path, proj
     assert why in (tmp_path / "setup.log").read_text()
 
 
-@pytest.mark.parametrize("module", ["threaded_import", "broken_import"])
-def test_a_rows_own_preload_that_cannot_fork_is_dropped_not_the_server(tmp_path, project_env, module):
-    """A row package the server preloads (a verl row's verl) that raises or leaves a thread: the server starts
-    again with the rest, and the checks still fork."""
-    env = _env(project_env, "pass", tmp_path)
-    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT, row_preload=(module,))
-    try:
-        processes.ready()
-        assert processes.server is not None and processes.server.modules == list(LIGHT)
-        result = processes.run("misbehave", [], tmp_path / "logs" / "misbehave.log", 60)
-        assert result.status is Status.PASS and result.metrics["answer"] == 42
-    finally:
-        processes.close()
-    assert f"started again without {module}" in (tmp_path / "setup.log").read_text()
-
-
-def test_a_rows_own_preload_is_imported_once_by_the_server(tmp_path, project_env):
-    processes = CheckProcesses(sys.executable, _env(project_env, "pass", tmp_path), tmp_path / "setup.log",
-                               preload=LIGHT, row_preload=("csv",))
-    try:
-        processes.ready()
-        assert processes.server is not None and processes.server.modules == [*LIGHT, "csv"]
-    finally:
-        processes.close()
-
-
 RUNNER = textwrap.dedent("""\
     import sys
     from pathlib import Path
