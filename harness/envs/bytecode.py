@@ -20,10 +20,11 @@ import csv
 import hashlib
 import importlib.util
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+from harness.files import write_bytes_atomic
 
 FOLDER = ".bytecode"  # the store, in the env root: on the environments' file system, so links work
 _CHECKED_HASH = (0b11).to_bytes(4, "little")  # PEP 552 flags: hash-based, checked against the source
@@ -71,17 +72,16 @@ def _place(source: str, target: str) -> bool:
         return False
     except OSError:
         pass
-    partial = f"{target}.{os.getpid()}.partial"
     try:
-        shutil.copyfile(source, partial)
-        os.replace(partial, target)
+        write_bytes_atomic(target, Path(source).read_bytes())
         return True
     except OSError:
-        Path(partial).unlink(missing_ok=True)
         return False
 
 
 def _write_new(path: Path, data: bytes) -> bool:
+    """`data` at `path` unless another environment stored it meanwhile; no fsync: a store file lost in a crash is
+    compiled again, and the first `keep` of a release writes thousands."""
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     try:
         partial.write_bytes(data)

@@ -141,3 +141,18 @@ def test_environments_built_by_cellenv_share_what_a_check_compiled(tmp_path, mon
                           text=True)
     assert done.stdout.strip() == "42"
     assert seeded.stat().st_ino == linked
+
+
+def test_a_store_on_another_file_system_is_copied_from(tmp_path, monkeypatch):
+    first, second = _environment(tmp_path, "a"), _environment(tmp_path, "b")
+    _compile(first)
+    store = tmp_path / "store"
+    bytecode.keep([first], store)
+
+    def no_link(source, target):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(bytecode.os, "link", no_link)
+    assert bytecode.seed([second], store) == 1
+    assert _cached(second).read_bytes() == next(store.iterdir()).read_bytes()
+    assert _import(second) == "42"
