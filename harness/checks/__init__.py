@@ -177,6 +177,16 @@ PART_VARIABLE = "HARNESS_CHECK_PART"  # set to NO_ACCELERATOR: a check with a cp
 NO_ACCELERATOR = "no-accelerator"
 
 
+CORES_VARIABLE = "HARNESS_CELL_CORES"  # the cores the check's cell holds in a shared run (execution/jobs.py)
+
+
+def cell_cores() -> int | None:
+    """The cores this check's cell holds while cells run side by side (a check starts no more workers than
+    that: more would only take cores the other cells hold); None where the cell may use every core."""
+    value = os.environ.get(CORES_VARIABLE, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def cpu_part_only() -> bool:
     """Whether this check process was asked for its part that needs no accelerator (CheckSpec.cpu_part)."""
     return os.environ.get(PART_VARIABLE) == NO_ACCELERATOR

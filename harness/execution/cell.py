@@ -47,7 +47,7 @@ from trainers.runtime import determinism
 
 from . import container_cell, module_providers, runner
 from .forkclient import CheckProcesses
-from .jobs import Budget, Progress
+from .jobs import Budget, Progress, cell_cost
 from .reuse import CellReuse, ReuseIndex, context, harness_revision
 
 
@@ -297,7 +297,14 @@ def check_environment(cell: Cell, opts: RunOptions) -> dict[str, str]:
     settings = {k: v for k, v in {**determinism.environment(cell.axes["device"]), **FORK_SAFETY}.items()
                 if k not in os.environ}
     return {**settings, **_vllm_cache(cell, opts.env_root), **_bridge_support_cache(cell, opts.env_root),
-            **_test_tools(cell, opts.env_root), **opts.extra_env, "HARNESS_DEVICE": cell.axes["device"]}
+            **_test_tools(cell, opts.env_root), **_held_cores(cell, opts.budget), **opts.extra_env,
+            "HARNESS_DEVICE": cell.axes["device"]}
+
+
+def _held_cores(cell: Cell, budget: Budget | None) -> dict[str, str]:
+    """The cores the cell holds beside other cells (`--jobs auto`): a check that can spread over workers (verl-tests'
+    pytest-xdist) starts no more than that, since more would only take the cores the other cells hold."""
+    return {} if budget is None else {checks.CORES_VARIABLE: str(budget.cores_for(cell_cost(cell)))}
 
 
 # trainers/megatron/bridge.py CACHE_VARIABLE (named here too: that module imports torch, which the host never does)

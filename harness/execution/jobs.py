@@ -154,9 +154,13 @@ class Budget:
         return (self._free_cores >= cores and (self._free_mb is None or self._free_mb >= memory)
                 and len(self._free_devices.get(device, ())) >= count)
 
+    def cores_for(self, cost: CellCost) -> int:
+        """The cores a cell of this cost holds while it runs (its checks start no more workers than that)."""
+        return min(cost.cores, self.cores)
+
     @contextmanager
     def hold(self, cost: CellCost):
-        cores = min(cost.cores, self.cores)
+        cores = self.cores_for(cost)
         memory = 0 if self.memory_mb is None else min(cost.memory_mb, self.memory_mb)
         count = min(cost.devices, self._all_devices.get(cost.device_type, 0))
         ticket = object()

