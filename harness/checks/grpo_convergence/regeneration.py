@@ -68,7 +68,7 @@ def regenerate(model: str, backend: str, work_dir: Path, argv: list[str], stalen
     if not path.exists() and rollout == "vllm":  # on the vLLM checks' model, one rank, with the vLLM rollout
         old.update(trainer_args={**old.get("trainer_args", {}), "rollout": "vllm"},
                    model_config=vllm_engine.ROLLOUT_MODEL_CONFIG, nproc=1)
-    settings = {**DEFAULT_TOLERANCES, "steps": 20, "seed": 0, "trainer_args": {}, **old}
+    settings = {**DEFAULT_TOLERANCES, "steps": 12, "seed": 0, "trainer_args": {}, **old}
     if staleness is not None:
         settings["trainer_args"] = {**settings["trainer_args"], "mode": "fully-async", "staleness": staleness}
     stem = f"regenerate_{model}" + ("" if staleness is None else f"_async{staleness}")
