@@ -72,20 +72,30 @@ def _probe(model, train_ids, prompt, forced, seed: int) -> dict[str, torch.Tenso
     return out
 
 
+def _stock_side(kind: str, dtype: str, overrides: dict | None, seed: int) -> tuple[dict, tuple]:
+    """What the model built without any patch computes, and the inputs it computed it on."""
+    stock_model = _build(kind, dtype, overrides, seed)
+    inputs = _inputs(getattr(stock_model.config, "text_config", stock_model.config).vocab_size, seed)
+    return _probe(stock_model, *inputs, seed), inputs
+
+
 def compare_built(patch: Patch, tolerances: dict[str, Tolerance], seed: int, overrides: dict | None = None,
-                  kind: str | None = None) -> Verdict:
+                  kind: str | None = None, stock: dict | None = None) -> Verdict:
+    """`stock`: where the stock side is kept between patches (patch_parity.inputs.Models.built_stock): every patch
+    built against the same kind, dtype and seed compares with the same model built without a patch, so it is built
+    and probed once; None computes it here."""
     name = f"patched-vs-stock:{patch.name}"
     applicable, reason = patch.applicable()
     if not applicable:
         return Verdict(name, Status.SKIP, f"not applicable: {reason}")
     kind = kind or KIND_OF_MODULE[split_target(patch.target)[0].rsplit(".", 1)[-1].removeprefix("modeling_")]
     overrides = (overrides or {}).get(kind)
+    stock = {} if stock is None else stock
     metrics, failures = {}, []
     for dtype, tol in tolerances.items():
-        stock_model = _build(kind, dtype, overrides, seed)
-        vocab = getattr(stock_model.config, "text_config", stock_model.config).vocab_size
-        train_ids, prompt, forced = _inputs(vocab, seed)
-        want = _probe(stock_model, train_ids, prompt, forced, seed)
+        if (kind, dtype, seed) not in stock:
+            stock[(kind, dtype, seed)] = _stock_side(kind, dtype, overrides, seed)
+        want, (train_ids, prompt, forced) = stock[(kind, dtype, seed)]
         with patch.applied_context():
             got = _probe(_build(kind, dtype, overrides, seed), train_ids, prompt, forced, seed)
         if not torch.equal(got["decode_tokens"], forced) or not torch.equal(want["decode_tokens"], forced):

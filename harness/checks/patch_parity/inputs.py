@@ -30,7 +30,9 @@ class Models:
 
     Also keeps what the stock code computed on them (`stock`): the stock side of every patch's
     comparison is the same forward on the same model and inputs, so it runs once per (kind, dtype,
-    probe), before any patch is applied, instead of once per patch.
+    probe), before any patch is applied, instead of once per patch. `built_stock` does the same for the patches
+    compared on models built under them (built.compare_built): the model built without a patch, probed once per
+    (kind, dtype, seed).
     """
 
     def __init__(self, seed: int = 0, overrides: dict[str, Any] | None = None):
@@ -38,6 +40,7 @@ class Models:
         self.overrides = overrides or {}
         self._cache: dict[tuple[str, str], torch.nn.Module] = {}
         self._stock: dict[tuple, Any] = {}
+        self.built_stock: dict[tuple, Any] = {}
 
     def stock(self, probe: Callable[..., Any], kind: str, dtype: str, seed: int) -> Any:
         """`probe(model, model_inputs(model, kind, seed), seed)` the first time, the kept result afterwards."""

@@ -87,7 +87,8 @@ def compare_patch(patch: Patch, models: Models, tolerances: dict[str, Tolerance]
     prefix = patch.name.split(":")[0]
     own = [RULE_COMPARISONS[prefix](patch, tolerances, seed)] if prefix in RULE_COMPARISONS else []
     if prefix in BUILT_PREFIXES:
-        own.append(compare_built(patch, tolerances, seed, models.overrides if models is not None else None))
+        own.append(compare_built(patch, tolerances, seed, models.overrides if models is not None else None,
+                                 stock=models.built_stock if models is not None else None))
     if own:
         return _together(own)
     name = f"patched-vs-stock:{patch.name}"

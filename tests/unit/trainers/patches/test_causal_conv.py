@@ -134,6 +134,28 @@ def test_a_conv_that_drops_a_tap_fails_parity(name, probe):
     assert not broken.applied
 
 
+def test_patches_built_against_one_model_share_its_stock_side(monkeypatch):
+    """The model built without a patch is built and probed once per (kind, dtype, seed) for every patch compared on
+    it (Models.built_stock); a broken patch still fails against that shared stock side."""
+    qwen35_or_skip()
+    from harness.checks.patch_parity import built
+    from harness.checks.patch_parity.inputs import Models
+
+    stock_sides = []
+    real_side = built._stock_side
+    monkeypatch.setattr(built, "_stock_side", lambda *args: stock_sides.append(args) or real_side(*args))
+    models = Models(0)
+    names = ("causal-conv1d:qwen3_5", "causal-conv1d-update:qwen3_5")
+    verdicts = [parity_stock.compare_patch(_patch(name), models, FP32, seed=0) for name in names]
+    assert [v.status for v in verdicts] == [Status.PASS, Status.PASS], verdicts
+    assert stock_sides == [("text", "float32", None, 0)]  # once, for both patches
+    real = _patch(names[0])
+    broken = causal_conv.CausalConvPatch(name=real.name, target=real.target, replacement=None,
+                                         make=_drop_last_tap(real.make), versions=SpecifierSet(">=5.2"))
+    assert parity_stock.compare_patch(broken, models, FP32, seed=0).status is Status.FAIL
+    assert len(stock_sides) == 1
+
+
 def test_the_trainer_applies_the_conv_patches_and_removes_them():
     qwen35_or_skip()
     owners = {p.name: resolve(p.target) for p in causal_conv.PATCHES}
