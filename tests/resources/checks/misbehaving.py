@@ -80,7 +80,8 @@ def run(options):
         time.sleep(3600)
     if mode == "modules":  # what was imported before the check's own code ran
         return CheckResult("misbehave", Status.PASS, "modules", metrics={
-            "preloaded": sorted(m for m in ("torch", "transformers") if m in sys.modules), "pid": os.getpid()})
+            "preloaded": sorted(m for m in ("megatron.core", "torch", "transformers") if m in sys.modules),
+            "pid": os.getpid()})
     if mode == "entry":  # how this check's process started: its entry point, and whether the top-level CLI is loaded
         return CheckResult("misbehave", Status.PASS, "entry", metrics={
             "argv0": sys.argv[0], "cli": "harness.cli" in sys.modules})
