@@ -7,9 +7,10 @@ installed, otherwise stated with its source).
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
-import inspect
 from dataclasses import dataclass
+from pathlib import Path
 
 from . import megatron_probe
 from .plan_format import Plan
@@ -77,18 +78,40 @@ def rollout_rules(plan: Plan) -> list[Finding]:
     return out
 
 
-def _vllm_rule_source() -> str:
-    if importlib.util.find_spec("vllm") is None:
-        return "vLLM not installed here: rule of vLLM's ModelConfig.verify_with_parallel_config and its GDN layer"
-    try:
-        from vllm.config import ModelConfig
+# Where vLLM's ModelConfig is defined, by release (vllm/config/model.py from 0.11, one config.py before): read as text,
+# since importing vllm.config takes 2.5 to 5 s on one CPU core, which launch-plans would spend on every vLLM cell.
+VLLM_CONFIG_FILES = ("config/model.py", "config/__init__.py", "config.py")
 
-        text = inspect.getsource(ModelConfig.verify_with_parallel_config)
-    except Exception as exc:  # noqa: BLE001 - vLLM's import can fail in many ways on a CPU box
-        return f"vLLM installed but unreadable ({type(exc).__name__}); rule as in its ModelConfig"
+
+def _vllm_rule_source() -> str:
+    spec = importlib.util.find_spec("vllm")  # the lookup is recorded: a result reused elsewhere needs this vLLM
+    if spec is None:
+        return "vLLM not installed here: rule of vLLM's ModelConfig.verify_with_parallel_config and its GDN layer"
+    text = _model_config_method(spec.submodule_search_locations or [], "verify_with_parallel_config")
+    if text is None:
+        return "the installed vLLM's ModelConfig.verify_with_parallel_config was not found in its source; rule as in " \
+               "earlier vLLM"
     if "total_num_attention_heads % tensor_parallel_size" in text:
         return "read from the installed vLLM's ModelConfig.verify_with_parallel_config"
     return "the installed vLLM's ModelConfig no longer states the heads rule as expected; rule as in earlier vLLM"
+
+
+def _model_config_method(package_dirs, method: str) -> str | None:
+    """The source of `ModelConfig.<method>` in the installed vLLM's files, without importing vLLM; None if absent."""
+    for folder in package_dirs:
+        for name in VLLM_CONFIG_FILES:
+            path = Path(folder, name)
+            try:
+                source = path.read_text(encoding="utf-8")
+                tree = ast.parse(source)
+            except (OSError, SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef) and node.name == "ModelConfig":
+                    for item in node.body:
+                        if isinstance(item, ast.FunctionDef) and item.name == method:
+                            return ast.get_source_segment(source, item)
+    return None
 
 
 def megatron_rules(plan: Plan) -> list[Finding]:

@@ -148,3 +148,36 @@ def test_without_megatron_core_the_stage_sizes_are_checked_as_arithmetic(tmp_pat
     even = write_plan(tmp_path, parallel__pp=4, parallel__first_stage_layers=10, parallel__last_stage_layers=10,
                       cluster__nodes=8)
     assert not _failed(even, "parallel.first_stage_layers") and not _failed(even, "parallel.last_stage_layers")
+
+
+def _installed_vllm(monkeypatch, tmp_path, files: dict[str, str]) -> None:
+    """An installed `vllm` whose package folder holds `files` (its spec only: nothing of it is imported)."""
+    import importlib.machinery
+    import importlib.util
+
+    package = tmp_path / "vllm"
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    spec = importlib.machinery.ModuleSpec("vllm", None, is_package=True)
+    spec.submodule_search_locations = [str(package)]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "vllm" else real(name, *a))
+
+
+RULE = """class ModelConfig:
+    def verify_with_parallel_config(self, parallel_config):
+        if total_num_attention_heads % tensor_parallel_size != 0:
+            raise ValueError("heads")
+"""
+
+
+@pytest.mark.parametrize("files, says", [
+    ({"config/model.py": RULE}, "read from the installed vLLM's ModelConfig.verify_with_parallel_config"),
+    ({"config.py": RULE}, "read from the installed vLLM's"),  # a release before vllm/config/ was a package
+    ({"config/model.py": RULE.replace("total_num_attention_heads", "heads")}, "no longer states the heads rule"),
+    ({"config/model.py": "class ModelConfig:\n    pass\n"}, "was not found in its source"),
+])
+def test_the_rollout_rule_is_read_from_vllms_source_without_importing_it(monkeypatch, tmp_path, files, says):
+    _installed_vllm(monkeypatch, tmp_path, files)
+    assert says in rules._vllm_rule_source()
