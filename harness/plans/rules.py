@@ -89,8 +89,8 @@ def _vllm_rule_source() -> str:
         return "vLLM not installed here: rule of vLLM's ModelConfig.verify_with_parallel_config and its GDN layer"
     text = _model_config_method(spec.submodule_search_locations or [], "verify_with_parallel_config")
     if text is None:
-        return "the installed vLLM's ModelConfig.verify_with_parallel_config was not found in its source; rule as in " \
-               "earlier vLLM"
+        return ("the installed vLLM's ModelConfig.verify_with_parallel_config was not found in its source; rule as in "
+                "earlier vLLM")
     if "total_num_attention_heads % tensor_parallel_size" in text:
         return "read from the installed vLLM's ModelConfig.verify_with_parallel_config"
     return "the installed vLLM's ModelConfig no longer states the heads rule as expected; rule as in earlier vLLM"
