@@ -12,6 +12,8 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainers.patches.base import defined_statically
+
 from . import megatron_probe
 from .plan_format import Plan
 
@@ -106,11 +108,9 @@ def _model_config_method(package_dirs, method: str) -> str | None:
                 tree = ast.parse(source)
             except (OSError, SyntaxError, ValueError):
                 continue
-            for node in ast.walk(tree):
-                if isinstance(node, ast.ClassDef) and node.name == "ModelConfig":
-                    for item in node.body:
-                        if isinstance(item, ast.FunctionDef) and item.name == method:
-                            return ast.get_source_segment(source, item)
+            node = defined_statically(tree, ["ModelConfig", method])[-1]
+            if isinstance(node, ast.FunctionDef):
+                return ast.get_source_segment(source, node)
     return None
 
 

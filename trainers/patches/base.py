@@ -78,23 +78,39 @@ def exists_statically(target: str) -> tuple[bool, str]:
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return False, f"{target}: no Python source for {module_name}"
     tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    missing = next((attr for attr, node in zip(attrs, defined_statically(tree, attrs)) if node is None), None)
+    if missing is not None:
+        return False, f"{target}: {missing} not defined in {spec.origin.rsplit('/', 1)[-1]}"
+    return True, f"{target}: found"
+
+
+def defined_statically(tree: ast.Module, attrs: list[str]) -> list[ast.stmt | None]:
+    """For each name of the chain `attrs` (a class, then its method, ...), the statement that defines it in `tree`
+    (the last one at its level), None from the first name not found on: classes, functions, assignments and
+    imports are seen."""
+    found: list[ast.stmt | None] = []
     body: list[ast.stmt] = tree.body
     for attr in attrs:
-        found = None
-        for node in body:
-            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
-                found = node
-            elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == attr for t in node.targets):
-                found = node
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == attr:
-                found = node
-            elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                    (a.asname or a.name) == attr for a in node.names):
-                found = node
-        if found is None:
-            return False, f"{target}: {attr} not defined in {spec.origin.rsplit('/', 1)[-1]}"
-        body = getattr(found, "body", [])
-    return True, f"{target}: found"
+        node = _defines(body, attr)
+        found.append(node)
+        if node is None:
+            return found + [None] * (len(attrs) - len(found))
+        body = getattr(node, "body", [])
+    return found
+
+
+def _defines(body: list[ast.stmt], attr: str) -> ast.stmt | None:
+    found = None
+    for node in body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
+            found = node
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == attr for t in node.targets):
+            found = node
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == attr:
+            found = node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == attr for a in node.names):
+            found = node
+    return found
 
 
 @dataclass
