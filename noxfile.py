@@ -212,7 +212,7 @@ def tests_vllm(session: nox.Session) -> None:
         session.run(cellenv.uv_binary(), "pip", "uninstall", *cell.install.remove, external=True)
     _install_harness(session)
     tests = session.posargs or ["tests/e2e/test_vllm_rollout.py", "tests/e2e/test_fully_async_vllm.py",
-                                "tests/e2e/test_vllm_checks.py"]
+                                "tests/e2e/test_vllm_checks.py", "tests/e2e/test_vllm_tier.py"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={JUNIT_DIR / 'tests-vllm.xml'}",
                 *tests, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
 

@@ -41,7 +41,16 @@ class CheckSpec:
     # Axes a cell must carry for the check to say anything (verl-tests: a row that installs verl); bisect picks
     # its template cell among those.
     needs_axes: tuple[str, ...] = ()
+    # Modules the check imports on top of what every check does, where installed: a cell's check server imports
+    # them once, in a tier of its own that only the checks asking for them fork from (execution/forkserver.py).
+    preload: tuple[str, ...] = ()
 
+
+# vLLM's offline engine, which the vLLM checks (and grpo-convergence's rollout rank) import: about 3 s on a core
+# after the server's preload, 3 checks a vLLM cell. vLLM's import sets environment variables
+# (TORCHINDUCTOR_COMPILE_THREADS, PYTORCH_NVML_BASED_CUDA_CHECK, LD_LIBRARY_PATH through cv2), so only these checks
+# fork from where it was imported.
+VLLM_PRELOAD = ("vllm.entrypoints.llm",)
 
 CHECKS: dict[str, CheckSpec] = {
     spec.name: spec
@@ -84,6 +93,7 @@ CHECKS: dict[str, CheckSpec] = {
                   ("megatron",)),
         CheckSpec("grpo-convergence", "harness.checks.grpo_convergence",
                   "a short GRPO run raises the reward and follows the reference curve", timeout=900,
+                  preload=VLLM_PRELOAD,  # its FSDP trainer rolls out with the cell's vLLM, where one is installed
                   verl="verl's GRPO math against this project's trainer on the same batch, with what verl's Qwen3.5 "
                        "scripts select: compute_grpo_outcome_advantage, losses.ppo_loss, "
                        "compute_rollout_correction_weights (the training run itself is this project's trainer)"),
@@ -95,10 +105,10 @@ CHECKS: dict[str, CheckSpec] = {
                        "as a plan, by this project's rules"),
         CheckSpec("vllm-rollout", "harness.checks.vllm_rollout",
                   "the cell's vLLM loads Qwen3.5; its log-probs and greedy tokens match the trainer's, also after a "
-                  "GRPO update and a weight sync, and after sleep and wake", timeout=900),
+                  "GRPO update and a weight sync, and after sleep and wake", timeout=900, preload=VLLM_PRELOAD),
         CheckSpec("vllm-chat-parity", "harness.checks.vllm_chat_parity",
                   "the trainer's tool-call parser and chat rendering agree with vLLM's parser and vLLM's own chat "
-                                    "path, token for token", timeout=300, needs_accelerator=False,
+                                    "path, token for token", timeout=300, needs_accelerator=False, preload=VLLM_PRELOAD,
                   verl="verl's tool parser (ToolParser.get_tool_parser('qwen3_coder'), Qwen3XMLToolParser) against "
                        "vLLM's, or against this project's parser without vLLM; verl's chat rendering is not compared"),
         CheckSpec("verl-tests", "harness.checks.verl_tests",

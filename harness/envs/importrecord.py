@@ -205,6 +205,11 @@ class _Recorder:
             self._note(key)
         return iter(())
 
+    def keep_graphing(self) -> None:
+        """In a fork server's child that forks checks itself (forkserver's tier): the graph goes on, with what the
+        child imports added, as in the server; after_fork had made it a check's."""
+        self.graphing, self.forked, self.asked = True, False, {}
+
     def after_fork(self) -> None:
         if self.graphing:  # a check forked from the server: from now on, its own requests
             self.graphing, self.forked, self.asked = False, True, {}

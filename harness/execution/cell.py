@@ -259,7 +259,7 @@ def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, proc
     attempts: list[dict] = []
     for attempt in range(opts.retries + 1):
         outcome = processes.run(name, _check_args(cell, opts), opts.out_dir / log, timeout,
-                                env.run_env(check_environment(cell, opts)), matrix.memory_limit_mb)
+                                env.run_env(check_environment(cell, opts)), matrix.memory_limit_mb, spec.preload)
         if outcome.status is not Status.CRASH or attempt == opts.retries:
             break
         # A crash may be the runner's (a neighbour took the memory): try again, keep why.

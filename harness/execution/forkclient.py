@@ -49,6 +49,7 @@ class CheckServer:
         self.modules: list[str] = []
         self.graph = False  # whether its checks count only the preloaded packages they touch
         self.is_ready = False
+        self.tiers: dict[tuple[str, ...], dict] = {}  # what the server said of each tier (forkserver), once
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         """Block until the imports are done; ServerUnavailable with the server's reason if it refused."""
@@ -62,9 +63,10 @@ class CheckServer:
         self.graph, self.is_ready = bool(reply.get("graph")), True
 
     def run(self, name: str, args: list[str], log_path: Path, timeout: float, env: dict[str, str] | None = None,
-            memory_limit_mb: int | None = None) -> CheckResult:
+            memory_limit_mb: int | None = None, preload: tuple[str, ...] = ()) -> CheckResult:
         """One check in a process forked from the server, classified as runner.run_isolated does; `env`
-        (None: the server's) is the check's whole environment, as a fresh interpreter would get it."""
+        (None: the server's) is the check's whole environment, as a fresh interpreter would get it; `preload`:
+        the modules it asks for on top of the server's (CheckSpec.preload), imported once by the server's tier."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_bytes(b"")
         result_path = log_path.with_suffix(".result.json")
@@ -73,7 +75,9 @@ class CheckServer:
         self._send({"check": name, "args": args, "log": str(log_path.resolve()),
                     "result": str(result_path.resolve()), "memory_limit_mb": memory_limit_mb,
                     "env": {k: v for k, v in env.items() if self.env.get(k) != v},
-                    "unset": [k for k in self.env if k not in env]})
+                    "unset": [k for k in self.env if k not in env], "preload": list(preload)})
+        if preload and tuple(preload) not in self.tiers:  # the server starts the tier now: its imports first
+            self._tier_ready(tuple(preload))
         pid = int(self._answer()["started"])
         start, exited = time.perf_counter(), None
         try:
@@ -92,6 +96,18 @@ class CheckServer:
             if exited is None:  # interrupted, or the server died: leave no part of the check running
                 runner.kill_group(pid)
         return runner.outcome(name, int(exited["code"]), log_path, result_path, round(time.perf_counter() - start, 3))
+
+    def _tier_ready(self, modules: tuple[str, ...]) -> None:
+        try:
+            reply = self._receive(READY_TIMEOUT)
+        except TimeoutError:
+            raise ServerUnavailable(f"the check server's imports of {', '.join(modules)} took more than "
+                                    f"{READY_TIMEOUT:.0f} s") from None
+        if reply.get("tier") != list(modules):
+            raise ServerUnavailable(f"the check server answered {str(reply)[:200]} for the tier of "
+                                    f"{', '.join(modules)}")
+        self.tiers[modules] = reply
+        self.imports += float(reply.get("imports") or 0.0) if reply.get("ready") else 0.0
 
     def close(self) -> None:
         """Stop the server (end of input), killing it if it does not go at once."""
@@ -177,8 +193,9 @@ class CheckProcesses:
         return self.imports
 
     def run(self, name: str, args: list[str], log_path: Path, timeout: float, env: dict[str, str] | None = None,
-            memory_limit_mb: int | None = None) -> CheckResult:
-        """One check; `env` (None: the cell's) as a fresh interpreter would get it, whichever path runs it."""
+            memory_limit_mb: int | None = None, preload: tuple[str, ...] = ()) -> CheckResult:
+        """One check; `env` (None: the cell's) as a fresh interpreter would get it, whichever path runs it;
+        `preload` (CheckSpec.preload) its modules to import once per cell, forked from the server's tier."""
         env = self.env if env is None else env
         if runner.STOPPING.is_set():  # the run was interrupted in another thread
             raise KeyboardInterrupt
@@ -186,10 +203,16 @@ class CheckProcesses:
             self.start()
             self.ready()
         if self.server is not None:
+            known = set(self.server.tiers)
             try:
-                return self.server.run(name, args, log_path, timeout, env, memory_limit_mb)
+                return self.server.run(name, args, log_path, timeout, env, memory_limit_mb, preload)
             except ServerUnavailable as exc:
                 self._fall_back(f"{exc} during {name}; it runs again")
+            finally:
+                if self.server is not None:
+                    self.imports = self.server.imports
+                    for modules in set(self.server.tiers) - known:
+                        self._note_tier(modules, self.server.tiers[modules])
         return runner.run_isolated(self.python, name, args, log_path, timeout, env, memory_limit_mb)
 
     def close(self) -> None:
@@ -200,6 +223,14 @@ class CheckProcesses:
     def _fall_back(self, why: str) -> None:
         self._note(f"check server unavailable ({why}): the cell's checks run in fresh interpreters")
         self.close()
+
+    def _note_tier(self, modules: tuple[str, ...], told: dict) -> None:
+        if told.get("ready"):
+            self._note(f"check server tier ready: imported {', '.join(told.get('modules', []))} once in "
+                       f"{float(told.get('imports', 0)):.1f} s, for the checks that ask for {', '.join(modules)}")
+        else:
+            self._note(f"no check server tier for {', '.join(modules)} ({told.get('reason', 'refused')}): the "
+                       f"checks that ask for it fork from the check server")
 
     def _note(self, line: str) -> None:
         with open(self.setup_log, "a", encoding="utf-8") as log:

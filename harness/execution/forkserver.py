@@ -11,9 +11,18 @@ runner keeps the clock and the verdicts (runner.outcome).
 Forking is safe only from a process with one thread: the server refuses (and the cell falls back to
 fresh interpreters) when an import started a thread, native ones included, or initialised CUDA.
 
+A check may ask for more modules than every check needs (CheckSpec.preload: vLLM for the vLLM checks). A
+second server, a tier, is forked from this one the first time a check asks for them, imports them once and forks
+those checks; the other checks still fork from this server, which never imports them (importing vLLM sets
+environment variables and torch settings that a check which never touches vLLM must not inherit). A tier that
+cannot import its modules, imports none of them (not installed), or would be unsafe to fork is dropped, and
+its checks fork from this server, as before.
+
 Protocol: JSON lines. Server -> runner: {"ready": true, "imports": s, "modules": [...], "graph": bool} or
-{"ready": false, "reason": ...}; then per request {"started": pid} and {"exited": pid, "code": c}.
-Runner -> server: {"check", "args", "log", "result", "memory_limit_mb"}; end of input stops it.
+{"ready": false, "reason": ...}; then per request {"started": pid} and {"exited": pid, "code": c}, preceded,
+for the first request that asks for a tier, by {"tier": [...], "ready": bool, "imports": s, "modules": [...]}
+or with "reason" where it was dropped.
+Runner -> server: {"check", "args", "log", "result", "memory_limit_mb", "preload"}; end of input stops it.
 """
 from __future__ import annotations
 
@@ -37,7 +46,7 @@ from . import runner
 # the preloaded packages it touches and what they pulled in (envs/importrecord.py), so the list costs no reuse;
 # without it (a recorder that keeps no graph) every check counts all of them. A module may
 # be listed only if importing it changes no other package's behaviour that a check which does not touch it
-# could see (that would not be counted). vLLM is left to its checks: its engine starts processes of its own.
+# could see (that would not be counted). vLLM is not: its checks ask for it, and fork from a tier (below).
 # megatron-core, where installed (a Megatron cell), is imported by three checks there (bridge-parity, grpo-convergence,
 # launch-plans): 1.5 s each on one core, 4 s where Megatron-Bridge brought wandb, which megatron.core.timers imports;
 # measured, it changes no environment variable, warning filter, logging level, default dtype or torch setting.
@@ -134,6 +143,83 @@ def _run_check(request: dict, server_pid: int, channels: tuple[int, ...]) -> Non
         os._exit(code)  # never back into the server's loop (nor its atexit handlers)
 
 
+class _Tier:
+    """The pipes to a tier (a server forked from this one that imports more modules) and its pid."""
+
+    def __init__(self, pid: int, requests: int, replies: int):
+        self.pid, self.requests, self.replies, self.buffer = pid, requests, replies, b""
+
+    def fds(self) -> tuple[int, int]:
+        return self.requests, self.replies
+
+    def receive(self) -> dict | None:
+        """Its next message; None once it is gone."""
+        while b"\n" not in self.buffer:
+            chunk = os.read(self.replies, 65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return json.loads(line)
+
+    def relay(self, request: dict, replies: int) -> bool:
+        """Have it fork `request`'s check and pass its replies on; False if it died (the check dies with it)."""
+        try:
+            _send(self.requests, request)
+        except OSError:
+            return False
+        for _ in ("started", "exited"):
+            reply = self.receive()
+            if reply is None:
+                return False
+            _send(replies, reply)
+        return True
+
+    def close(self) -> None:
+        """End of its input stops it, as the runner's stops this server."""
+        for fd in self.fds():
+            os.close(fd)
+        os.waitpid(self.pid, 0)
+
+
+def _start_tier(modules: tuple[str, ...], inherited: tuple[int, ...]) -> tuple[_Tier | None, dict]:
+    """Fork a tier that imports `modules` on top of this server's; (the tier or None if dropped, what to tell the
+    runner). `inherited`: this server's own channels, which the tier closes."""
+    requests_in, requests_out = os.pipe()
+    replies_in, replies_out = os.pipe()
+    graphing = import_graph() is not None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the tier: serves its own checks from the pipes, and dies with this server
+        code = 1
+        try:
+            die_with_parent()
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)  # this server's requests are not the tier's
+            for fd in {null, requests_out, replies_in, *inherited} - {0, 1, 2}:
+                os.close(fd)
+            if graphing:  # the fork made the recorder a check's; the tier goes on graphing what it imports
+                sys.modules[INSTALLED_AS].RECORDER.keep_graphing()
+            code = serve(os.fdopen(requests_in), replies_out, modules)
+        except BaseException:  # noqa: BLE001 - told in the setup log; the server drops the tier
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(requests_in)
+    os.close(replies_out)
+    tier = _Tier(pid, requests_out, replies_in)
+    reply = tier.receive() or {"ready": False, "reason": "the tier exited during its imports"}
+    told = {key: reply[key] for key in ("ready", "imports", "modules", "reason") if key in reply}
+    if reply.get("ready") and not reply.get("modules"):
+        told.update(ready=False, reason="none of them is installed")
+    if not told.get("ready"):
+        tier.close()
+        return None, told
+    return tier, told
+
+
 def serve(requests, replies: int, modules=PRELOAD) -> int:
     start = time.perf_counter()
     try:
@@ -148,16 +234,32 @@ def serve(requests, replies: int, modules=PRELOAD) -> int:
     _send(replies, {"ready": True, "imports": round(time.perf_counter() - start, 3), "modules": loaded,
                     "graph": import_graph() is not None})
     server_pid = os.getpid()
-    for line in requests:
-        request = json.loads(line)
-        sys.stdout.flush()
-        sys.stderr.flush()  # or the child would write the server's buffered output again
-        pid = os.fork()
-        if pid == 0:
-            _run_check(request, server_pid, (requests.fileno(), replies))
-        _send(replies, {"started": pid})
-        _, status = os.waitpid(pid, 0)
-        _send(replies, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+    tiers: dict[tuple[str, ...], _Tier | None] = {}
+    try:
+        for line in requests:
+            request = json.loads(line)
+            wanted = tuple(request.pop("preload", None) or ())
+            channels = (requests.fileno(), replies, *(fd for t in tiers.values() if t is not None for fd in t.fds()))
+            if wanted and wanted not in tiers:
+                tiers[wanted], told = _start_tier(wanted, channels)
+                _send(replies, {"tier": list(wanted), **told})
+                channels += tiers[wanted].fds() if tiers[wanted] is not None else ()
+            if tiers.get(wanted) is not None:
+                if not tiers[wanted].relay(request, replies):
+                    return 1  # the runner finds this server gone and runs the check again in a fresh interpreter
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()  # or the child would write the server's buffered output again
+            pid = os.fork()
+            if pid == 0:
+                _run_check(request, server_pid, channels)
+            _send(replies, {"started": pid})
+            _, status = os.waitpid(pid, 0)
+            _send(replies, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+    finally:
+        for tier in tiers.values():
+            if tier is not None:
+                tier.close()
     return 0
 
 

@@ -19,13 +19,17 @@ def _title(pid: int) -> str:
         return ""
 
 
-def _runner_pid() -> int:
-    """The process running the cell: the parent, or the parent's parent when a check server forked this."""
-    parent = os.getppid()
-    if "checkserver" not in _title(parent):
-        return parent
-    with open(f"/proc/{parent}/stat") as handle:
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as handle:
         return int(handle.read().rpartition(")")[2].split()[1])
+
+
+def _runner_pid() -> int:
+    """The process running the cell: the parent, or above the check server (and its tier) that forked this."""
+    parent = os.getppid()
+    while "checkserver" in _title(parent):
+        parent = _parent_of(parent)
+    return parent
 
 
 def _parent_title() -> str:
@@ -78,10 +82,15 @@ def run(options):
         with open(os.environ["MISBEHAVE_PIDS"], "a") as handle:
             handle.write(f"{os.getpid()}\n{child.pid}\n")
         time.sleep(3600)
-    if mode == "modules":  # what was imported before the check's own code ran
+    if mode == "modules":  # what was imported before the check's own code ran, and the variables it found
+        names = os.environ.get("MISBEHAVE_MODULES", "megatron.core,torch,transformers").split(",")
         return CheckResult("misbehave", Status.PASS, "modules", metrics={
-            "preloaded": sorted(m for m in ("megatron.core", "torch", "transformers") if m in sys.modules),
-            "pid": os.getpid()})
+            "preloaded": sorted(m for m in names if m in sys.modules), "pid": os.getpid(), "parent": os.getppid(),
+            "variables": {k: os.environ.get(k) for k in os.environ.get("MISBEHAVE_VARIABLES", "").split(",") if k}})
+    if mode == "tier":  # whether a tier's module was imported before the check's own code ran, and by whom
+        return CheckResult("misbehave", Status.PASS, "tier", metrics={
+            "imported": "tier_import" in sys.modules, "variable": os.environ.get("TIER_IMPORTED"),
+            "parent": os.getppid(), "grandparent": _parent_of(os.getppid()), "runner": _runner_pid()})
     if mode == "entry":  # how this check's process started: its entry point, and whether the top-level CLI is loaded
         return CheckResult("misbehave", Status.PASS, "entry", metrics={
             "argv0": sys.argv[0], "cli": "harness.cli" in sys.modules})

@@ -150,6 +150,60 @@ def test_a_recorder_without_the_graph_counts_everything_the_server_held(tmp_path
     assert HEAVY - {"dist:heavy-optional"} | LIGHT | {"bridge"} <= names
 
 
+TIER_SERVER = """
+import os, sys
+import _harness_import_record as recorder
+import driver
+assert recorder.RECORDER.preload("light")
+tier = os.fork()
+if tier == 0:  # a tier (forkserver): a server's child that imports heavy on top and forks checks itself
+    if sys.argv[3] == "graphing":
+        recorder.RECORDER.keep_graphing()
+    assert recorder.RECORDER.preload("heavy")
+    pid = os.fork()
+    if pid == 0:
+        os.environ.pop(recorder.GRAPH_VARIABLE)
+        recorder.start(sys.argv[1])
+        exec(sys.argv[2])
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    os._exit(os.waitstatus_to_exitcode(status))
+_, status = os.waitpid(tier, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def _tier_check(tmp_path: Path, code: str, graphing: bool = True) -> set[str]:
+    """The record of a check running `code`, forked from a tier that imported heavy, forked from a server that
+    preloaded light."""
+    for name, text in PACKAGES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    shutil.copy(importrecord.__file__, tmp_path / f"{importrecord.INSTALLED_AS}.py")
+    records = tmp_path / "rec"
+    records.mkdir()
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), importrecord.GRAPH_VARIABLE: "1"}
+    argv = [sys.executable, "-c", f"import {importrecord.INSTALLED_AS}\n{TIER_SERVER}", str(records), code,
+            "graphing" if graphing else "as-forked"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    names = read_record(records)
+    assert names is not None
+    return names
+
+
+def test_a_check_forked_from_a_tier_counts_the_tiers_package_only_where_it_touches_it(tmp_path):
+    touching = _tier_check(tmp_path / "a", "from heavy import thing")
+    assert HEAVY | LIGHT <= touching
+    other = _tier_check(tmp_path / "b", "import light")
+    assert LIGHT <= other and not other & HEAVY
+
+
+def test_a_tier_that_stopped_graphing_would_charge_its_imports_to_every_check(tmp_path):
+    """Why the tier calls keep_graphing: the fork made it a check's recorder, which counts what it asks for."""
+    assert {"heavy", "heavy_dep"} <= _tier_check(tmp_path, "import light", graphing=False)
+
+
 CHILD = """
 import os, signal, sys
 import _harness_import_record

@@ -173,24 +173,91 @@ RUNNER = textwrap.dedent("""\
     from harness.execution.forkclient import CheckProcesses
     processes = CheckProcesses(sys.executable, None, Path(sys.argv[1]) / "setup.log", preload=("json",))
     processes.ready()
-    processes.run("misbehave", [], Path(sys.argv[1]) / "logs" / "misbehave.log", 600)
+    processes.run("misbehave", [], Path(sys.argv[1]) / "logs" / "misbehave.log", 600,
+                  preload=tuple(sys.argv[2:]))
     """)
 
 
-def test_killing_the_runner_leaves_no_server_and_no_check_behind(tmp_path, project_env):
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+@pytest.mark.parametrize("tier", [(), ("tier_import",)], ids=["server", "tier"])
+def test_killing_the_runner_leaves_no_server_and_no_check_behind(tmp_path, project_env, tier):
     env = _env(project_env, "hang-with-child", tmp_path)
-    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path)], cwd=ROOT, env=env)
+    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path), *tier], cwd=ROOT, env=env)
     deadline = time.time() + 120
     while len((tmp_path / "pids").read_text().split() if (tmp_path / "pids").exists() else []) < 2:
         assert time.time() < deadline and proc.poll() is None, "the check never started"
         time.sleep(0.05)
     check, grandchild = (int(p) for p in (tmp_path / "pids").read_text().split())
-    server = int(Path(f"/proc/{check}/stat").read_text().rpartition(")")[2].split()[1])
-    assert "checkserver" in Path(f"/proc/{server}/cmdline").read_text()
+    servers = [_parent(check)] + ([_parent(_parent(check))] if tier else [])  # the tier, then the server
+    assert all("checkserver" in Path(f"/proc/{pid}/cmdline").read_text() for pid in servers)
+    assert _parent(servers[-1]) == proc.pid
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert _gone([server, check]) == []  # runner -> server -> check, each by PDEATHSIG
+    assert _gone([*servers, check]) == []  # runner -> server (-> tier) -> check, each by PDEATHSIG
     _gone([grandchild])  # the check's own child has no PDEATHSIG of its own, as under a fresh interpreter
+
+
+def test_a_check_that_asks_for_modules_forks_from_a_tier_that_imported_them_once(tmp_path, project_env):
+    # tier_import sets a variable at import, as vLLM does: the check that does not ask must see neither.
+    env = _env(project_env, "tier", tmp_path)
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT)
+    try:
+        processes.ready()
+        server = processes.server.proc.pid
+        first, plain, again = (processes.run("misbehave", [], tmp_path / "logs" / f"{n}.log", 60, preload=tier)
+                               for n, tier in (("a", ("tier_import",)), ("b", ()), ("c", ("tier_import",))))
+        assert processes.server is not None and processes.server.proc.poll() is None
+    finally:
+        processes.close()
+    assert {r.status for r in (first, plain, again)} == {Status.PASS}
+    asked, other, second = first.metrics, plain.metrics, again.metrics
+    assert asked["imported"] and asked["variable"] == "1"
+    assert not other["imported"] and other["variable"] is None and other["parent"] == server
+    assert asked["grandparent"] == server and asked["parent"] != server
+    assert second["parent"] == asked["parent"]  # the same tier: imported once
+    assert asked["runner"] == other["runner"] == os.getpid()
+    assert "check server tier ready: imported tier_import once" in (tmp_path / "setup.log").read_text()
+    assert _gone([asked["parent"]]) == []  # the tier stopped with the server
+
+
+@pytest.mark.parametrize("module, why", [
+    ("threaded_import", "unsafe to fork after the imports: 2 Python threads"),
+    ("broken_import", "import failed: RuntimeError: this package is broken"),
+    ("no_such_module_here", "none of them is installed"),
+])
+def test_a_tier_that_cannot_serve_is_dropped_and_its_checks_fork_from_the_server(tmp_path, project_env, module, why):
+    env = _env(project_env, "tier", tmp_path)
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT)
+    try:
+        processes.ready()
+        server = processes.server.proc.pid
+        results = [processes.run("misbehave", [], tmp_path / "logs" / f"{n}.log", 60, preload=(module,))
+                   for n in "ab"]
+        assert processes.server is not None  # the server lives on
+    finally:
+        processes.close()
+    assert all(r.status is Status.PASS and r.metrics["parent"] == server for r in results)
+    assert not any(r.metrics["imported"] for r in results)
+    log = (tmp_path / "setup.log").read_text()
+    assert f"no check server tier for {module} ({why}" in log and log.count("no check server tier") == 1
+
+
+def test_a_tier_that_dies_mid_check_falls_back_to_a_fresh_interpreter(tmp_path, project_env):
+    env = _env(project_env, "kill-server-once", tmp_path)  # the check kills its parent: here the tier
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT)
+    try:
+        processes.ready()
+        server = processes.server.proc.pid
+        result = processes.run("misbehave", [], tmp_path / "logs" / "misbehave.log", 60, preload=("tier_import",))
+        assert (tmp_path / "marker").exists(), "the tier was never killed: the test proves nothing"
+        assert result.status is Status.PASS and result.message == "passed without the check server"
+        assert processes.server is None and _gone([server]) == []
+    finally:
+        processes.close()
+    assert "check server unavailable (the check server exited" in (tmp_path / "setup.log").read_text()
 
 
 def test_a_deferred_server_starts_at_the_first_check_it_must_run(tmp_path, project_env):
