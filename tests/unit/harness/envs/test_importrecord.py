@@ -89,8 +89,9 @@ HEAVY = {"heavy", "heavy_dep", "heavy_sub_dep", "heavy_injected", "dist:heavy-op
 LIGHT = {"light", "light_dep"}
 
 
-def _check(tmp_path: Path, code: str, grandchild: str | None = None) -> set[str]:
-    """The record of a check running `code`, forked from a server that preloaded light, heavy and bridge."""
+def _record(tmp_path: Path, server: str, args: list[str]) -> set[str]:
+    """The record of the check that `server` (a script, given the record folder and `args`) forks, with the
+    packages above importable."""
     for name, text in PACKAGES.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -98,13 +99,17 @@ def _check(tmp_path: Path, code: str, grandchild: str | None = None) -> set[str]
     records = tmp_path / "rec"
     records.mkdir()
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), importrecord.GRAPH_VARIABLE: "1"}
-    argv = [sys.executable, "-c", f"import {importrecord.INSTALLED_AS}\n{SERVER}", str(records), code]
-    done = subprocess.run(argv + ([grandchild] if grandchild else []), env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    argv = [sys.executable, "-c", f"import {importrecord.INSTALLED_AS}\n{server}", str(records), *args]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     names = read_record(records)
     assert names is not None
     return names
+
+
+def _check(tmp_path: Path, code: str, grandchild: str | None = None) -> set[str]:
+    """The record of a check running `code`, forked from a server that preloaded light, heavy and bridge."""
+    return _record(tmp_path, SERVER, [code] + ([grandchild] if grandchild else []))
 
 
 def test_a_check_that_touches_one_preloaded_package_counts_it_and_what_it_pulled_in_not_the_others(tmp_path):
@@ -176,20 +181,7 @@ sys.exit(os.waitstatus_to_exitcode(status))
 def _tier_check(tmp_path: Path, code: str, graphing: bool = True) -> set[str]:
     """The record of a check running `code`, forked from a tier that imported heavy, forked from a server that
     preloaded light."""
-    for name, text in PACKAGES.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    shutil.copy(importrecord.__file__, tmp_path / f"{importrecord.INSTALLED_AS}.py")
-    records = tmp_path / "rec"
-    records.mkdir()
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), importrecord.GRAPH_VARIABLE: "1"}
-    argv = [sys.executable, "-c", f"import {importrecord.INSTALLED_AS}\n{TIER_SERVER}", str(records), code,
-            "graphing" if graphing else "as-forked"]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    names = read_record(records)
-    assert names is not None
-    return names
+    return _record(tmp_path, TIER_SERVER, [code, "graphing" if graphing else "as-forked"])
 
 
 def test_a_check_forked_from_a_tier_counts_the_tiers_package_only_where_it_touches_it(tmp_path):

@@ -135,13 +135,14 @@ def test_a_hung_forked_check_times_out_and_its_children_die_with_it(tmp_path, pr
     assert _gone(pids) == []
 
 
-def test_a_check_server_that_dies_mid_check_falls_back_to_a_fresh_interpreter(tmp_path, project_env):
-    env = _env(project_env, "kill-server-once", tmp_path)
+@pytest.mark.parametrize("tier", [(), ("tier_import",)], ids=["server", "tier"])
+def test_a_check_server_that_dies_mid_check_falls_back_to_a_fresh_interpreter(tmp_path, project_env, tier):
+    env = _env(project_env, "kill-server-once", tmp_path)  # the check kills its parent: the server, or its tier
     processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT)
     try:
         processes.ready()
         server = processes.server.proc.pid
-        result = processes.run("misbehave", [], tmp_path / "logs" / "misbehave.log", 60)
+        result = processes.run("misbehave", [], tmp_path / "logs" / "misbehave.log", 60, preload=tier)
         assert (tmp_path / "marker").exists(), "the server was never killed: the test proves nothing"
         assert result.status is Status.PASS and result.message == "passed without the check server"
         assert processes.server is None and _gone([server]) == []
@@ -243,21 +244,6 @@ def test_a_tier_that_cannot_serve_is_dropped_and_its_checks_fork_from_the_server
     assert not any(r.metrics["imported"] for r in results)
     log = (tmp_path / "setup.log").read_text()
     assert f"no check server tier for {module} ({why}" in log and log.count("no check server tier") == 1
-
-
-def test_a_tier_that_dies_mid_check_falls_back_to_a_fresh_interpreter(tmp_path, project_env):
-    env = _env(project_env, "kill-server-once", tmp_path)  # the check kills its parent: here the tier
-    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT)
-    try:
-        processes.ready()
-        server = processes.server.proc.pid
-        result = processes.run("misbehave", [], tmp_path / "logs" / "misbehave.log", 60, preload=("tier_import",))
-        assert (tmp_path / "marker").exists(), "the tier was never killed: the test proves nothing"
-        assert result.status is Status.PASS and result.message == "passed without the check server"
-        assert processes.server is None and _gone([server]) == []
-    finally:
-        processes.close()
-    assert "check server unavailable (the check server exited" in (tmp_path / "setup.log").read_text()
 
 
 def test_a_deferred_server_starts_at_the_first_check_it_must_run(tmp_path, project_env):
