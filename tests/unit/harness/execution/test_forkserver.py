@@ -29,12 +29,16 @@ def _env(project_env, mode: str, tmp_path, **extra) -> dict[str, str]:
             "MISBEHAVE_MARKER": str(tmp_path / "marker"), **extra}
 
 
-def _forked(tmp_path, env, timeout=60.0, memory=None, preload=LIGHT):
+TIERS = pytest.mark.parametrize("tier", [(), ("tier_import",)], ids=["server", "tier"])  # forked from either
+
+
+def _forked(tmp_path, env, timeout=60.0, memory=None, preload=LIGHT, tier=()):
     processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=preload)
     try:
         processes.ready()
         assert processes.server is not None, (tmp_path / "setup.log").read_text()
-        return processes.run("misbehave", [], tmp_path / "logs" / "misbehave.log", timeout, memory_limit_mb=memory)
+        return processes.run("misbehave", [], tmp_path / "logs" / "misbehave.log", timeout, memory_limit_mb=memory,
+                             preload=tier)
     finally:
         processes.close()
 
@@ -99,15 +103,17 @@ def test_a_forked_check_gets_its_own_environment_not_the_servers(tmp_path, proje
     assert default.status is Status.CRASH and "exited with status 3" in default.message  # the server's own
 
 
+@TIERS
 @pytest.mark.parametrize("mode, memory, why", [
     ("segv", None, "killed by SIGSEGV"),
     ("memory", 1024, "out of memory"),
     ("exit", None, "exited with status 3 without a result"),
     ("abort", None, "killed by SIGABRT"),
 ])
-def test_a_forked_check_that_dies_is_classified_as_in_a_fresh_interpreter(tmp_path, project_env, mode, memory, why):
+def test_a_forked_check_that_dies_is_classified_as_in_a_fresh_interpreter(tmp_path, project_env, mode, memory, why,
+                                                                          tier):
     env = _env(project_env, mode, tmp_path)
-    forked, fresh = _forked(tmp_path, env, memory=memory), _fresh(tmp_path, env, memory=memory)
+    forked, fresh = _forked(tmp_path, env, memory=memory, tier=tier), _fresh(tmp_path, env, memory=memory)
     assert forked.status is Status.CRASH and fresh.status is Status.CRASH
     assert why in forked.message and why in fresh.message
     assert forked.message.split(".")[0] == fresh.message.split(".")[0]
@@ -126,16 +132,17 @@ def test_the_memory_limit_holds_in_the_forked_check_only(tmp_path, project_env):
         processes.close()
 
 
-def test_a_hung_forked_check_times_out_and_its_children_die_with_it(tmp_path, project_env):
+@TIERS
+def test_a_hung_forked_check_times_out_and_its_children_die_with_it(tmp_path, project_env, tier):
     env = _env(project_env, "hang-with-child", tmp_path)
-    result = _forked(tmp_path, env, timeout=3)
+    result = _forked(tmp_path, env, timeout=3, tier=tier)
     assert result.status is Status.TIMEOUT and "no result after 3 s" in result.message
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     assert len(pids) == 2  # the check and the process it started
     assert _gone(pids) == []
 
 
-@pytest.mark.parametrize("tier", [(), ("tier_import",)], ids=["server", "tier"])
+@TIERS
 def test_a_check_server_that_dies_mid_check_falls_back_to_a_fresh_interpreter(tmp_path, project_env, tier):
     env = _env(project_env, "kill-server-once", tmp_path)  # the check kills its parent: the server, or its tier
     processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT)
@@ -183,7 +190,7 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
 
-@pytest.mark.parametrize("tier", [(), ("tier_import",)], ids=["server", "tier"])
+@TIERS
 def test_killing_the_runner_leaves_no_server_and_no_check_behind(tmp_path, project_env, tier):
     env = _env(project_env, "hang-with-child", tmp_path)
     proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path), *tier], cwd=ROOT, env=env)
