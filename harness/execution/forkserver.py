@@ -265,7 +265,16 @@ def serve(requests, replies: int, modules=PRELOAD) -> int:
 
 def main(modules=None) -> int:
     """Entry of `python -m harness checkserver`: replies go to a private copy of stdout, and stdout
-    itself to stderr (the cell's setup log), so nothing an import prints can garble the protocol."""
+    itself to stderr (the cell's setup log), so nothing an import prints can garble the protocol. It ends with
+    os._exit: the interpreter's own shutdown would tear down the heap of torch and transformers, about 1 s on a
+    core in every cell while the runner waits, and the server needs none of it (its checks are reaped, its
+    tiers stopped, its output flushed here)."""
     replies = os.dup(1)
     os.dup2(2, 1)
-    return serve(sys.stdin, replies, PRELOAD if modules is None else modules)
+    code = serve(sys.stdin, replies, PRELOAD if modules is None else modules)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

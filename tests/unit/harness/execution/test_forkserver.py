@@ -253,6 +253,22 @@ def test_a_tier_that_cannot_serve_is_dropped_and_its_checks_fork_from_the_server
     assert f"no check server tier for {module} ({why}" in log and log.count("no check server tier") == 1
 
 
+def test_a_server_ends_without_the_interpreters_shutdown_and_keeps_its_output(tmp_path, project_env):
+    # The shutdown would tear down torch's and transformers' heap in every cell; the runner waits for it.
+    env = _env(project_env, "pass", tmp_path, EXIT_MARKER=str(tmp_path / "exited"))
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=("json", "exit_marker"))
+    try:
+        processes.ready()
+        assert processes.server is not None, (tmp_path / "setup.log").read_text()
+        server = processes.server.proc
+        assert processes.run("misbehave", [], tmp_path / "logs" / "a.log", 60).status is Status.PASS
+    finally:
+        processes.close()
+    assert server.returncode == 0
+    assert not (tmp_path / "exited").exists()  # the test can fail: a plain return from main runs the handler
+    assert "printed by exit_marker at import" in (tmp_path / "setup.log").read_text()
+
+
 def test_a_deferred_server_starts_at_the_first_check_it_must_run(tmp_path, project_env):
     env = _env(project_env, "pass", tmp_path)
     processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT, start=False)
