@@ -27,6 +27,13 @@ from harness.results.records import CheckResult, Status, cell_path, load_cell
 from .module_providers import EnvironmentModules, by_provider, distributions, module_names, read_record
 
 REVISION_DIRS = ("harness", "trainers", "plans")  # the checks' code and the data files they read
+# What a check that has no result yet is taken to load, for the one decision made before any record exists:
+# whether a cell waits for another cell running it, to reuse its result. The check server's preload, which nearly
+# every check loads: two cells with different torch or transformers would make each other wait for nothing, one
+# core idle for the length of the other's check (up to 20 s for the first vLLM cells of a cold run). A check that
+# loads neither (nested-chunking) may then run in both at once, the first time only; reuse itself is decided by
+# the records.
+UNKNOWN_SHAPE = frozenset({"torch", "transformers"})
 # Variables that steer the stack or the harness; others (PWD, SHLVL, a CI run id) would only stop reuse.
 SETTING_PREFIXES = ("HARNESS_", "TORCH", "PYTORCH_", "CUDA", "CUBLAS", "NCCL", "GLOO", "NVIDIA_", "OMP_", "MKL",
                     "OPENBLAS", "KMP_", "VLLM_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "TRITON", "PYTHON", "LD_",
@@ -142,11 +149,10 @@ class ReuseIndex:
 
     def _may_share(self, check: str, modules: EnvironmentModules) -> bool:
         """Whether a cell running `check` now may make a result reusable here: for some set of modules the check
-        loaded in an earlier result, both environments provide the same. Unknown (no earlier result, a running
-        cell's environment not given): True, so the cell waits as it always did."""
-        shapes = list(self._loaded.get(check, {}))
-        if not shapes:
-            return True
+        loaded in an earlier result, both environments provide the same. Before any result of the check (the
+        first cells of a cold run), UNKNOWN_SHAPE stands for what it loaded. A running cell's environment not
+        given: True, so the cell waits as it always did."""
+        shapes = list(self._loaded.get(check, {})) or [UNKNOWN_SHAPE]
         for other in self._running.get(check, []):
             if other is None or any(providers_digest(modules.providers(names)) ==
                                     providers_digest(other.providers(names)) for names in shapes):

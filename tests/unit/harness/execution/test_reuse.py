@@ -293,6 +293,30 @@ def test_a_cell_takes_first_a_check_no_other_cell_runs_and_waits_only_when_all_i
     assert index.claim(["b"]) == "b"  # released: free again
 
 
+def test_before_any_result_a_cell_waits_only_for_a_cell_with_its_torch_and_transformers(tmp_path):
+    """No result yet says what the check loads: it is taken to load the check server's preload (UNKNOWN_SHAPE)."""
+    index = reuse.ReuseIndex(tmp_path / "out", from_disk=False)
+    stack = "torch==2.13.0\ntransformers==5.19.0\n"
+    running = _modules(tmp_path / "running", LOCK + stack)
+    assert index.claim(["probe"], running) == "probe"
+    other = _modules(tmp_path / "other", LOCK + stack.replace("5.19.0", "5.16.1"))
+    at_once = []  # another transformers, nothing to wait for (a thread: waiting would block the test)
+    claiming = threading.Thread(target=lambda: at_once.append(index.claim(["probe"], other)), daemon=True)
+    claiming.start()
+    claiming.join(timeout=5)
+    assert at_once == ["probe"]
+    got = []
+    same = _modules(tmp_path / "same", LOCK.replace("numpy==2.3.0", "numpy==2.4.0") + stack)
+    waiting = threading.Thread(target=lambda: got.append(index.claim(["probe"], same)))
+    waiting.start()
+    waiting.join(timeout=0.5)
+    assert waiting.is_alive() and got == []  # the same torch and transformers: it may reuse, so it waits
+    index.release("probe", other)
+    index.release("probe", running)
+    waiting.join(timeout=10)
+    assert got == ["probe"]
+
+
 def test_a_cell_does_not_wait_for_a_check_whose_running_result_it_could_never_reuse(tmp_path):
     index, _ = _ran(tmp_path)  # `probe` loaded numpy before: its result depends on numpy's version
     running = _modules(tmp_path / "running")
