@@ -102,6 +102,17 @@ def _send(channel: int, message: dict) -> None:
     os.write(channel, (json.dumps(message) + "\n").encode())  # one write per line: never half a message
 
 
+def _exit(code: int) -> None:
+    """End this process (a check, a tier, the server) without the interpreter's shutdown, its output flushed
+    first (what cannot be flushed is lost)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def _run_check(request: dict, server_pid: int, channels: tuple[int, ...]) -> None:
     """In the forked child: set up as a fresh check process would be, run the check, never return."""
     code = 1
@@ -135,12 +146,7 @@ def _run_check(request: dict, server_pid: int, channels: tuple[int, ...]) -> Non
     except BaseException:  # noqa: BLE001 - whatever escapes is the check's crash, told in its log
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)  # never back into the server's loop (nor its atexit handlers)
+        _exit(code)  # never back into the server's loop (nor its atexit handlers)
 
 
 class _Tier:
@@ -205,8 +211,7 @@ def _start_tier(modules: tuple[str, ...], inherited: tuple[int, ...]) -> tuple[_
         except BaseException:  # noqa: BLE001 - told in the setup log; the server drops the tier
             traceback.print_exc()
         finally:
-            sys.stderr.flush()
-            os._exit(code)
+            _exit(code)
     os.close(requests_in)
     os.close(replies_out)
     tier = _Tier(pid, requests_out, replies_in)
@@ -271,10 +276,4 @@ def main(modules=None) -> int:
     tiers stopped, its output flushed here)."""
     replies = os.dup(1)
     os.dup2(2, 1)
-    code = serve(sys.stdin, replies, PRELOAD if modules is None else modules)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
+    _exit(serve(sys.stdin, replies, PRELOAD if modules is None else modules))
