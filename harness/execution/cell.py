@@ -68,6 +68,8 @@ class RunOptions:
     reuse_index: ReuseIndex | None = field(default=None, repr=False, compare=False)  # shared by a run's cells
     fork: bool = True  # checks forked from one interpreter per cell that imports once; False: fresh ones
     budget: Budget | None = field(default=None, repr=False, compare=False)  # --jobs auto: cores each cell holds
+    # Called once the cell's check server has imported and its bytecode is kept (jobs.StartQueue.imported).
+    imported: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     # (environment, lock) of a cell instead of building one: an offline run on the interpreter at hand
     # (harness/offline/here.py); None: cellenv.build and its freeze.
     prepare: Callable[[Cell, Path], tuple[cellenv.CellEnv, str]] | None = field(default=None, repr=False,
@@ -187,6 +189,8 @@ def _run_checks(cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts: RunOptio
         result.phases["capture"] = round(time.perf_counter() - phase, 3)
         processes.ready()
         cellenv.share_bytecode(env, "keep", opts.env_root)  # what the server compiled, for cells starting meanwhile
+        if opts.imported is not None and processes.imports:  # a server imported (none: all reused, or fresh ones)
+            opts.imported()
 
         def one(name: str) -> CheckResult:
             return _reused_or_run(name, cell, cell_reuse, lambda run_opts: _one_check(

@@ -13,7 +13,8 @@ cells run their engines inside their own check processes: trainers.rollout, chec
 many cells as the lightest cost allows run at once, and each holds its own cost of a shared budget while it
 runs (`Budget`), first come first served, so no mix of cells oversubscribes the cores or the memory. On an
 accelerator, where none of this was measured, Megatron and fully-async cells count an estimate of 2 cores
-(`ON_ACCELERATOR`). Cells start in `start_order`: those that need the most cores first, then the longest.
+(`ON_ACCELERATOR`). Cells start in `start_order`: those that need the most cores first, then the longest, except
+that a cell waits behind one of its compile group (`StartQueue`) while another cell can start instead.
 
 On an accelerator a cell also holds devices: `DEVICES_PER_CELL`, the most ranks one of its checks starts at
 once. The budget hands it that many of the runner's visible devices (envs/devices.visible_devices), and the
@@ -90,6 +91,60 @@ def start_order(cells: list) -> list:
     started while nothing runs, no core waits idle for them), then the longest first, so that the run does not end
     on one long cell while the other cores idle (longest processing time first). Ties keep the matrix's order."""
     return sorted(cells, key=lambda cell: (-cell_cost(cell).cores, -cell_cost(cell).seconds))
+
+
+def compile_group(cell) -> tuple[str | None, str | None]:
+    """The cells whose check servers compile the same bytecode at their first imports: one Python and one torch
+    (torch and what the server imports with it; envs/bytecode.py shares it between environments once kept)."""
+    return cell.axes.get("python"), cell.axes.get("torch")
+
+
+class StartQueue:
+    """Which cell a free worker starts next: the first in `start_order`, unless a cell of its compile group is
+    still importing for the group's first time. Two such cells side by side each compiled torch's and
+    transformers' bytecode, one core doing again what the other was doing (10 to 14 s of a cold CPU matrix run,
+    twice), because the shared bytecode is kept only once a server has imported (envs/bytecode.py). So that
+    cell waits, and the first cell of a group that is free starts instead; where every cell left waits on a
+    group, the first starts anyway: no core idles for this. A group is free once one of its cells has imported
+    (`imported`), or when the cells importing it end without (`ended`: all reused, not installed)."""
+
+    def __init__(self, cells: list):
+        self._waiting = start_order(cells)
+        self._lock = threading.Lock()
+        self._importing: Counter = Counter()  # group -> its cells started before any of the group imported
+        self._warm: set = set()
+        self._closed = False
+
+    def _free(self, group) -> bool:
+        return group in self._warm or not self._importing[group]
+
+    def take(self):
+        """The cell to start now; None when none is left or the run stops (`close`)."""
+        with self._lock:
+            if self._closed or not self._waiting:
+                return None
+            cell = next((c for c in self._waiting if self._free(compile_group(c))), self._waiting[0])
+            self._waiting.remove(cell)
+            if compile_group(cell) not in self._warm:
+                self._importing[compile_group(cell)] += 1
+            return cell
+
+    def imported(self, cell) -> None:
+        """`cell`'s server has imported and its bytecode is kept: its group's cells start freely from now."""
+        with self._lock:
+            self._warm.add(compile_group(cell))
+            self._importing.pop(compile_group(cell), None)
+
+    def ended(self, cell) -> None:
+        with self._lock:
+            group = compile_group(cell)
+            if group not in self._warm and self._importing[group]:
+                self._importing[group] -= 1
+
+    def close(self) -> None:
+        """No cell starts from now (the run was interrupted or a cell raised)."""
+        with self._lock:
+            self._closed = True
 
 
 def usable_cores() -> int:

@@ -1,6 +1,7 @@
 """Run a matrix's cells into its results directory: one run per directory at a time (`results_lock`), run.json
 for the report, each cell already finished there kept, and the others run (cell.run_cell) one after the
-other or several at once, in start order, each holding its share of the run's budget, with their progress.
+other or several at once, in start order (jobs.StartQueue), each holding its share of the run's budget, with
+their progress.
 
 A finished cell file is reused by the next run of the same matrix unless `redo` is set.
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +37,7 @@ from harness.results.records import (
 
 from . import container_cell, runner
 from .cell import RunOptions, install_key, reapply_known_failures, run_cell
-from .jobs import Progress, cell_cost, start_order
+from .jobs import Progress, StartQueue, cell_cost
 from .reuse import ReuseIndex
 
 LOCK_NAME = ".run.lock"
@@ -70,7 +71,7 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
         container.sdk()  # a missing docker SDK stops the run (exit 3) before any cell, not halfway
     progress = opts.progress or Progress(len(cells))
 
-    def one(cell: Cell) -> CellResult:
+    def one(cell: Cell, imported=None) -> CellResult:
         earlier, complete = reusable(cell, opts)
         if complete:
             progress.started(cell.id, reused=True)
@@ -78,19 +79,39 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
         else:
             with opts.budget.hold(cell_cost(cell)) if opts.budget else nullcontext([]) as held:
                 progress.started(cell.id)  # running from now: its time in the progress line is its own
-                done = run_cell(cell, matrix, with_devices(opts, cell, held), earlier)
+                done = run_cell(cell, matrix, replace(with_devices(opts, cell, held), imported=imported), earlier)
         progress.finished(cell.id, [c.status for c in done.checks])
         return done
 
     runner.STOPPING.clear()
     if opts.jobs <= 1:
         return [one(cell) for cell in cells]
-    order = start_order(cells)
+    starts = StartQueue(cells)
+
+    def worker() -> dict[str, CellResult]:
+        done = {}
+        try:
+            while (cell := starts.take()) is not None:
+                try:
+                    done[cell.id] = one(cell, imported=lambda cell=cell: starts.imported(cell))
+                finally:
+                    starts.ended(cell)
+        except BaseException:
+            starts.close()  # the other workers start no more cells
+            raise
+        return done
+
     with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
         try:
-            done = dict(zip((cell.id for cell in order), pool.map(one, order)))
+            workers = [pool.submit(worker) for _ in range(opts.jobs)]
+            finished, _ = wait(workers, return_when=FIRST_EXCEPTION)
+            raised = next((w.exception() for w in finished if w.exception() is not None), None)
+            if raised is not None:
+                raise raised
+            done = {cell_id: result for w in workers for cell_id, result in w.result().items()}
             return [done[cell.id] for cell in cells]  # in the matrix's order, whatever order they started in
         except BaseException:  # interrupted: workers wait on checks and containers the signal cannot reach
+            starts.close()
             pool.shutdown(wait=False, cancel_futures=True)
             runner.stop_all()
             container_cell.stop_all()

