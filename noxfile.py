@@ -285,7 +285,8 @@ def docs(session: nox.Session) -> None:
     """Build the docs site into site/ (mkdocs-material, strict: a broken link fails), tables checked first.
 
     The tables of checks, sessions, exit statuses and measured figures are generated from the code
-    (`python -m harness.docsgen` rewrites them); a page that disagrees with the code fails this session.
+    (`python -m harness.docsgen` rewrites them); a page that disagrees with the code fails this session, and so
+    does a measured time written by hand anywhere but docs/measured.md (harness/docsgen/handwritten.py).
     `-- serve` serves the site locally instead."""
     session.install(f"mkdocs-material=={MKDOCS_MATERIAL_VERSION}", "nox")
     session.env["NO_MKDOCS_2_WARNING"] = "1"  # the theme's end-of-life banner, not a docs problem

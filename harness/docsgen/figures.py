@@ -130,3 +130,30 @@ def measured_table(figures: dict | None = None) -> str:
         values = "; ".join(f"{label}: {_number(_get(group, path), unit)}" for label, path, unit in fields)
         rows.append([what, values, *stamps])
     return _table(["benchmark", "figures", "machine", "date", "revision"], rows)
+
+
+LONGEST_CELLS = 10
+
+
+def matrix_time_tables(figures: dict | None = None) -> str:
+    """Where the cold CPU matrix run's time went (bench group `matrix`, its defaults run): each phase and each check
+    summed over the cells run, with how many ran and how many were reused, then the longest cells; stamped as the
+    measured table is."""
+    figures = load() if figures is None else figures
+    group = figures.get("matrix")
+    run = group.get("new_way") if isinstance(group, dict) else None
+    if not isinstance(run, dict):
+        return "Not measured: `bench/figures.json` has no `matrix` group with a defaults run (`new_way`).\n"
+    stamp = (f"From the `matrix` group: {_machine(group)}, {_stamp(group, 'date')}, revision "
+             f"{_stamp(group, 'harness_revision')}; the run took {_number(run.get('wall_s'), 's')} in all.")
+    cells_run = run.get("cells_run")
+    rows = [[f"phase: {name}", _number(seconds, "s"), _number(cells_run, ""), ""]
+            for name, seconds in (run.get("phases_s") or {}).items()]
+    checks = sorted((run.get("checks") or {}).items(), key=lambda item: -(_get(item[1], "seconds") or 0))
+    rows += [[f"check: `{name}`", _number(_get(tally, "seconds"), "s"), _number(_get(tally, "ran"), ""),
+              _number(_get(tally, "reused"), "")] for name, tally in checks]
+    parts = _table(["part of a cell", "seconds, summed over the cells run", "cells that ran it (skips included)",
+                    "cells that reused another cell's result"], rows)
+    longest = list((run.get("cells_s") or {}).items())[:LONGEST_CELLS]
+    cells = _table(["cell", "seconds"], [[f"`{cell}`", _number(seconds, "s")] for cell, seconds in longest])
+    return f"{stamp}\n\n{parts}\n\nThe {len(longest)} longest cells:\n\n{cells}"

@@ -22,6 +22,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "sessions": tables.sessions_table,
     "sessions-full": lambda: tables.sessions_table(full=True),
     "measured": figures.measured_table,
+    "measured-matrix-time": figures.matrix_time_tables,
     **{f"check-{name}": (lambda name=name: tables.check_doc(name)) for name in tables.CHECKS},
 }
 

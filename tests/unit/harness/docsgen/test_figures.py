@@ -42,3 +42,18 @@ def test_every_grpo_run_on_one_revision_is_one_row_with_its_lowest_speedup():
     assert cells[1] == "runs: 3; lowest speed-up: 2.90x; median: 3.10x; highest: 3.30x"
     # Two runs lack a date and a machine: said as such beside the one that has them.
     assert cells[2:] == ["Some CPU, 2 cores, not recorded", "2026-01-01, not recorded", "abc"]
+
+
+def test_where_the_matrix_time_goes_is_generated_from_the_matrix_group_with_its_stamp():
+    data = {"matrix": {"date": "2026-01-01", "machine": {"cpu": "Some CPU", "cores": 2}, "harness_revision": "abc123",
+                       "new_way": {"wall_s": 700.5, "cells_run": 3, "phases_s": {"imports": 12.5, "other": 1.0},
+                                   "checks": {"small": {"seconds": 2.0, "ran": 3, "reused": 0},
+                                              "big": {"seconds": 30.25, "ran": 2, "reused": 1}},
+                                   "cells_s": {f"cell-{i}": 20.0 - i for i in range(12)}}}}
+    text = figures.matrix_time_tables(data)
+    assert "Some CPU, 2 cores, 2026-01-01, revision abc123; the run took 700.50 s" in text
+    rows = [line for line in text.splitlines() if line.startswith("| check:")]
+    assert "`big`" in rows[0] and "30.25 s" in rows[0] and rows[0].rstrip(" |").endswith("1")  # longest first
+    assert "| phase: imports" in text and "12.50 s" in text
+    assert "`cell-9`" in text and "`cell-10`" not in text  # the 10 longest cells only
+    assert figures.matrix_time_tables({}).startswith("Not measured")
