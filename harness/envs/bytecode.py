@@ -93,22 +93,61 @@ def _write_new(path: Path, data: bytes) -> bool:
         partial.unlink(missing_ok=True)
 
 
+class _Caches:
+    """Where this interpreter keeps a source's bytecode (importlib.util.cache_from_source), and what each such folder
+    holds, listed once: `keep` and `seed` walk every recorded source of an environment (tens of thousands), and one
+    open or mkdir per source cost more than the rest of the walk."""
+
+    def __init__(self):
+        self._folders: dict[str, tuple[str, str]] = {}  # source folder -> (its cache folder, the file name suffix)
+        self._listed: dict[str, set[str]] = {}
+
+    def path(self, source: str) -> tuple[str, str]:
+        """(cache folder, file name) of `source`'s bytecode."""
+        folder, name = os.path.split(source)
+        if folder not in self._folders:
+            probe = importlib.util.cache_from_source(os.path.join(folder, "x.py"))
+            self._folders[folder] = os.path.dirname(probe), os.path.basename(probe)[1:]
+        cache, suffix = self._folders[folder]
+        return cache, name[:-3] + suffix
+
+    def holds(self, cache: str, name: str) -> bool:
+        if cache not in self._listed:
+            try:
+                self._listed[cache] = set(os.listdir(cache))
+            except OSError:
+                self._listed[cache] = set()
+        return name in self._listed[cache]
+
+    def add(self, cache: str, name: str) -> None:
+        """`name` is being placed in `cache`, which is made first if it may not exist yet."""
+        self.holds(cache, name)  # lists the folder once
+        if not self._listed[cache]:
+            os.makedirs(cache, exist_ok=True)
+        self._listed[cache].add(name)
+
+
 def keep(site_dirs: list[Path], store: Path) -> int:
     """Store the bytecode this interpreter compiled for the recorded sources of `site_dirs` that the store lacks,
     as checked hash-based .pyc; returns how many it added. Must run in the environment's own interpreter."""
     store.mkdir(parents=True, exist_ok=True)
-    tag, present, added = sys.implementation.cache_tag, set(os.listdir(store)), 0
+    tag, present, added, caches = sys.implementation.cache_tag, set(os.listdir(store)), 0, _Caches()
     for site in site_dirs:
         for source, sha in recorded_sources(site):
             key = f"{sha}.{tag}.pyc"
             if key in present:
                 continue
+            cache, name = caches.path(source)
+            if not caches.holds(cache, name):  # never imported here: nothing compiled
+                continue
             try:
-                compiled = Path(importlib.util.cache_from_source(source)).read_bytes()
+                with open(os.path.join(cache, name), "rb") as file:
+                    compiled = file.read()
                 stat = os.stat(source)
                 if not _compiled_from(compiled, stat):
                     continue
-                text = Path(source).read_bytes()
+                with open(source, "rb") as file:
+                    text = file.read()
             except OSError:
                 continue
             if _sha256(text) != sha:  # the file is not the one RECORD names
@@ -127,15 +166,16 @@ def seed(site_dirs: list[Path], store: Path) -> int:
         stored = {name[:-len(suffix)] for name in os.listdir(store) if name.endswith(suffix)}
     except OSError:  # no store yet
         return 0
-    placed = 0
+    placed, caches = 0, _Caches()
     for site in site_dirs:
         for source, sha in recorded_sources(site):
             if sha not in stored:
                 continue
-            cache = os.path.join(os.path.dirname(source), "__pycache__")
-            os.makedirs(cache, exist_ok=True)
-            stem = os.path.basename(source)[:-3]
-            placed += _place(os.path.join(store, sha + suffix), os.path.join(cache, stem + suffix))
+            cache, name = caches.path(source)
+            if caches.holds(cache, name):
+                continue
+            caches.add(cache, name)
+            placed += _place(os.path.join(store, sha + suffix), os.path.join(cache, name))
     return placed
 
 

@@ -43,6 +43,8 @@ def launch(seed: int, work: Path, pass_boundaries: bool = True, with_verl: bool 
     log.unlink(missing_ok=True)  # the ranks append to it
     args = ["--seed", str(seed), "--out", str(out)] + ([] if pass_boundaries else ["--no-boundaries"])
     args += ["--verl"] if with_verl else []
+    if with_verl:  # imported here once, not on each forked rank (verl resolves its platform at use, not at import)
+        rank_launch.preload(*worker.VERL_IMPORTS)
     ok, launcher = rank_launch.run_job(worker.main, "harness.checks.patch_parity.packed_sp_ranks", args,
                                        worker.RANKS, log, TIMEOUT, THREADS)
     return (torch.load(out, weights_only=True) if ok and out.exists() else None), launcher

@@ -21,6 +21,7 @@ from harness.checks.support.ranks import rank_entry
 LENGTHS = (5, 9, 7, 3)
 RANKS = 2
 VERL_CONTEXT = "verl.models.transformers.qwen3_5._build_fla_cp_context"
+VERL_IMPORTS = ("verl.models.transformers.qwen3_5", "verl.utils.ulysses")  # what verl_context imports on each rank
 
 
 def sequences(vocab_size: int, seed: int) -> list:
