@@ -1,5 +1,5 @@
-"""Figures written by hand outside docs/measured.md fail `python -m harness.docsgen --check` (issue #44: no figure
-written by hand anywhere in the docs); a setting is no figure."""
+"""Figures written by hand outside docs/measured.md fail `python -m harness.docsgen --check` (no figure is written by
+hand anywhere in the docs); a setting is no figure."""
 from __future__ import annotations
 
 import shutil
