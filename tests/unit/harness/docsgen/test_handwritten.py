@@ -2,24 +2,16 @@
 hand anywhere in the docs); a setting is no figure."""
 from __future__ import annotations
 
-import shutil
-
 from harness.docsgen import __main__ as docsgen_main
 from harness.docsgen import handwritten, pages
-
-
-def _copy(tmp_path):
-    shutil.copy(pages.ROOT / "README.md", tmp_path / "README.md")
-    shutil.copytree(pages.ROOT / "docs", tmp_path / "docs")
-    return tmp_path
 
 
 def test_the_repository_s_docs_have_no_figure_written_by_hand():
     assert handwritten.by_hand() == [], "\n".join(map(str, handwritten.by_hand()))
 
 
-def test_a_measured_time_written_on_a_page_is_found_with_its_page_and_line(tmp_path):
-    root = _copy(tmp_path)
+def test_a_measured_time_written_on_a_page_is_found_with_its_page_and_line(docs_copy):
+    root = docs_copy
     page = root / "docs" / "running.md"
     lines = page.read_text().splitlines()
     lines[2:2] = ["Importing verl costs about 13 s of CPU time (27 to 62 s of wall time here).",
@@ -31,8 +23,8 @@ def test_a_measured_time_written_on_a_page_is_found_with_its_page_and_line(tmp_p
     assert "docs/running.md:3: a figure written by hand ('costs about 13 s')" in str(found[0])
 
 
-def test_settings_and_the_measured_page_are_not_figures_by_hand(tmp_path):
-    root = _copy(tmp_path)
+def test_settings_and_the_measured_page_are_not_figures_by_hand(docs_copy):
+    root = docs_copy
     (root / "docs" / "running.md").write_text(
         "A per-test timeout (300 s), results older than 10 minutes, a 1 GiB KV cache, a 64 MiB wheelhouse, "
         "`timeout = 600` and the checks' 900 s timeout are settings.\n")
@@ -40,8 +32,8 @@ def test_settings_and_the_measured_page_are_not_figures_by_hand(tmp_path):
     assert handwritten.by_hand(root) == []
 
 
-def test_the_docs_session_fails_on_a_figure_by_hand(tmp_path, monkeypatch, capsys):
-    root = _copy(tmp_path)
+def test_the_docs_session_fails_on_a_figure_by_hand(docs_copy, monkeypatch, capsys):
+    root = docs_copy
     with (root / "docs" / "verl.md").open("a") as page:
         page.write("\nImporting verl takes about 2 s.\n")
     in_copy = handwritten.by_hand

@@ -3,7 +3,6 @@ or a new check makes a page stale, and rewriting the pages makes them agree."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 
 import pytest
 
@@ -20,14 +19,8 @@ def test_every_page_with_a_table_is_found():
     assert {"checks", "checks-from-readme", "sessions", "exit-statuses", "measured"} <= named
 
 
-def _copy(tmp_path):
-    shutil.copy(pages.ROOT / "README.md", tmp_path / "README.md")
-    shutil.copytree(pages.ROOT / "docs", tmp_path / "docs")
-    return tmp_path
-
-
-def test_a_hand_edited_table_is_stale(tmp_path):
-    root = _copy(tmp_path)
+def test_a_hand_edited_table_is_stale(docs_copy):
+    root = docs_copy
     readme = root / "README.md"
     readme.write_text(readme.read_text().replace("builds a tiny Qwen3.5 text model", "builds a model", 1))
     found = pages.stale(root)
@@ -35,8 +28,8 @@ def test_a_hand_edited_table_is_stale(tmp_path):
     assert "python -m harness.docsgen" in str(found[0])
 
 
-def test_a_check_added_to_the_registry_makes_the_pages_stale(tmp_path, monkeypatch):
-    root = _copy(tmp_path)
+def test_a_check_added_to_the_registry_makes_the_pages_stale(docs_copy, monkeypatch):
+    root = docs_copy
     monkeypatch.setitem(CHECKS, "new-check", CheckSpec("new-check", "harness.checks.new_check", "answers something"))
     assert {item.block for item in pages.stale(root)} == {"checks", "checks-from-readme", "checks-from-docs",
                                                           "verl-counterparts"}
@@ -45,9 +38,9 @@ def test_a_check_added_to_the_registry_makes_the_pages_stale(tmp_path, monkeypat
     assert "[`new-check`](docs/checks/new-check.md)" in (root / "README.md").read_text()
 
 
-def test_a_checks_verl_counterpart_is_in_the_verl_page(tmp_path, monkeypatch):
+def test_a_checks_verl_counterpart_is_in_the_verl_page(docs_copy, monkeypatch):
     """docs/verl.md's table says which checks run verl's code in a verl row, from CheckSpec.verl."""
-    root = _copy(tmp_path)
+    root = docs_copy
     spec = dataclasses.replace(CHECKS["offload-regression"], verl="apply_fsdp2, fsdp2_load_full_state_dict")
     monkeypatch.setitem(CHECKS, "offload-regression", spec)
     assert [(item.page.name, item.block) for item in pages.stale(root)] == [("verl.md", "verl-counterparts")]
