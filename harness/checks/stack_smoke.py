@@ -1,6 +1,8 @@
-"""stack-smoke: build a tiny Qwen3.5 model from a config (no download), run forward and backward.
+"""stack-smoke: build a tiny Qwen3.5 model from a config (no download), run forward and backward on the cell's
+device (trainers.runtime.device: HARNESS_DEVICE, else the accelerator present, else cpu).
 
-Fails, naming the transformers version, where Qwen3.5 does not exist (before 5.2.0).
+Fails, naming the transformers version, where Qwen3.5 does not exist (before 5.2.0). A cell whose device is not
+there errors rather than running on the CPU in its place.
 """
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ def run(options: CheckOptions) -> CheckResult:
     import torch
 
     from trainers.models import Qwen35Unavailable, build_model
-    from trainers.runtime.device import set_cpu_threads
+    from trainers.runtime.device import plan, set_cpu_threads
 
     set_cpu_threads()
+    device = plan().device(0)
     try:
         model = build_model(options.model if options.model != "vl" else "text", options.model_config,
                             seed=options.seed)
@@ -33,9 +36,10 @@ def run(options: CheckOptions) -> CheckResult:
         return CheckResult(NAME, Status.FAIL, f"the model has no decoder layers ({count})",
                            metrics={"qwen35_available": True})
 
-    generator = torch.Generator().manual_seed(options.seed)
+    model.to(device)
+    generator = torch.Generator().manual_seed(options.seed)  # drawn on the host: the same ids on every device
     vocab = model.config.vocab_size
-    input_ids = torch.randint(3, vocab, (4, 32), generator=generator)
+    input_ids = torch.randint(3, vocab, (4, 32), generator=generator).to(device)
     start = time.perf_counter()
     output = model(input_ids=input_ids, labels=input_ids)
     output.loss.backward()
@@ -44,6 +48,7 @@ def run(options: CheckOptions) -> CheckResult:
     missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     metrics = {
         "qwen35_available": True,
+        "device": str(device),
         "parameters": sum(p.numel() for p in model.parameters()),
         "loss": float(output.loss.detach()),
         "grad_norm": grad_norm,

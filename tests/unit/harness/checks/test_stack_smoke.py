@@ -55,3 +55,19 @@ def test_a_model_without_decoder_layers_is_refused_naming_the_field(tmp_path):
     config.write_text('{"num_hidden_layers": 0, "layer_types": []}')
     with pytest.raises(TrainerInputError, match="num_hidden_layers: expected a whole number >= 1"):
         stack_smoke.run(CheckOptions(model_config=config))
+
+
+def test_it_runs_on_the_cells_device(monkeypatch):
+    monkeypatch.setenv("HARNESS_DEVICE", "cpu")
+    assert stack_smoke.run(CheckOptions()).metrics["device"] == "cpu"
+
+
+def test_a_device_that_is_not_there_is_never_replaced_by_the_cpu(monkeypatch):
+    """A CUDA cell's smoke test ran on the CPU once, where flash-linear-attention's Triton kernels cannot take host
+    tensors: the cell's device is the one the check runs on, or the check errors."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has the device")
+    monkeypatch.setenv("HARNESS_DEVICE", "cuda")
+    with pytest.raises(RuntimeError, match="device cuda requested"):
+        stack_smoke.run(CheckOptions())
