@@ -92,7 +92,10 @@ def _details_block(report: Report, row: Row, verdict: RowVerdict) -> str:
     lines = [f"<details><summary>{html_text(verdict.label)}: {html_text(axes)}</summary>", ""]
     lines += [f"- **{md_text(report.columns[i].label)}**: {entry_text(entry)}"
               for i, entry in row.entries.items()]
-    for key in ("resolved", "verl", "outside_range"):  # `newest` resolved; a verl row: whose code, verl's range
+    # A row an accelerator ran (it has a date): where, on which GPU, driver and torch build; `newest` resolved; a
+    # verl row: whose code, verl's range.
+    ran_on = ("origin", "devices", "driver", "torch", "date") if row.environment.get("date") else ()
+    for key in (*ran_on, "resolved", "verl", "outside_range"):
         if row.environment.get(key):
             lines.append(f"- **{key}**: {md_text(row.environment[key])}")
     return "\n".join([*lines, "", "</details>"])

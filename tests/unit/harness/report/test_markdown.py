@@ -63,3 +63,16 @@ def test_markdown_size_cap_cuts_rows_and_points_to_the_full_report():
     assert len(shown) == len(report.rows) - int(match.group(1))
     assert len(shown) + int(match.group(1)) == len(report.rows)
     assert all(line.endswith(" |") for line in shown)  # no row is cut in the middle
+
+
+def test_an_accelerator_row_names_its_gpu_driver_torch_and_date_in_markdown_too():
+    gpu = make_cell("g", [ok()], device="cuda")
+    gpu.environment.update(origin="offline run on the box's own Python 3.12.3", devices=["NVIDIA H200"],
+                           driver="580.159.04", torch="2.11.0+cu130")
+    cpu = make_cell("c", [ok()], transformers="5.23.0")
+    cpu.environment.update(devices=[], driver="580.159.04", torch="2.13.0+cpu")
+    md = to_markdown(build_report([gpu, cpu]))
+    for line in ("- **origin**: offline run on the box's own Python 3.12.3", "- **devices**: NVIDIA H200",
+                 "- **driver**: 580.159.04", "- **torch**: 2.11.0+cu130", "- **date**: 2026-11-22"):
+        assert md.count(line) == 1, line  # the GPU row's, and not the CPU row's
+    assert "2.13.0+cpu" not in md
