@@ -16,6 +16,8 @@ Verdicts, on the text, vision-language and MoE tiny models where each applies:
 The check fails if any verdict fails; `affected` verdicts report upstream's behaviour.
 Asked for its part that needs no accelerator (harness.checks.cpu_part_only: the CPU pre-flight of an accelerator
 cell), it gives the target audit alone; the numeric verdicts await a runner.
+The trainer's models and inputs are built on the CPU whatever the cell's device (verl's forwards excepted): on an
+accelerator cell the message says that its numbers are the CPU's.
 """
 from __future__ import annotations
 
@@ -73,7 +75,7 @@ def run(options: CheckOptions) -> CheckResult:
     from harness.checks.patch_parity.stock import patched_vs_stock_verdicts
     from trainers.models import Qwen35Unavailable
     from trainers.patches import all_patches
-    from trainers.runtime.device import set_cpu_threads
+    from trainers.runtime.device import detect_device_type, set_cpu_threads
 
     set_cpu_threads()
     patches = all_patches()
@@ -113,6 +115,16 @@ def run(options: CheckOptions) -> CheckResult:
         verdicts.extend(produce())
         timings[section] = round(time.perf_counter() - start, 2)
     status, message = overall(verdicts)
+    cell_device = detect_device_type()
     metrics = {"qwen35_available": True, "seconds": timings, "patches": [p.name for p in patches],
-               "tolerances": {dtype: vars(tol) for dtype, tol in TOLERANCES.items()}}
-    return CheckResult(NAME, status, message, metrics=metrics, verdicts=verdicts)
+               "tolerances": {dtype: vars(tol) for dtype, tol in TOLERANCES.items()},
+               "device": "cpu", "cell_device": cell_device}
+    return CheckResult(NAME, status, on_the_cpu(message, cell_device), metrics=metrics, verdicts=verdicts)
+
+
+def on_the_cpu(message: str, cell_device: str) -> str:
+    """The check's message, saying on its face where the cell's device is not the CPU: the models and inputs are
+    built on the CPU whatever the cell's device (a GPU run's numbers here are the CPU's)."""
+    if cell_device == "cpu":
+        return message
+    return f"{message}; computed on the CPU, not on the cell's {cell_device}: patch-parity does not follow the device"

@@ -130,12 +130,19 @@ def test_rollout_with_wrong_logprobs_fails(models):
 
 
 @pytest.mark.slow
-def test_real_check_passes_and_records_upstream_packing(models):
+def test_real_check_passes_and_records_upstream_packing(models, monkeypatch):
+    """Run as a CUDA cell's check would see its device: the numbers are still the CPU's, and the message says so."""
     import transformers
 
+    from trainers.runtime import device
+
+    monkeypatch.setattr(device, "detect_device_type", lambda requested=None: "cuda")
     result = run(CheckOptions())
     failed = [(v.name, v.message) for v in result.verdicts if v.status.is_failure]
     assert result.status is Status.PASS, failed
+    assert result.message.endswith("computed on the CPU, not on the cell's cuda: patch-parity does not follow the "
+                                   "device")
+    assert (result.metrics["device"], result.metrics["cell_device"]) == ("cpu", "cuda")
     verdicts = {v.name: v for v in result.verdicts}
     for name in ("packed-vs-unpacked:text", "packed-vs-unpacked:vl", "packed-vs-unpacked:moe",
                  "fused-logprob:T=0.7", "fused-logprob:T=1.0", "rollout-vs-trainer:hf",
@@ -149,6 +156,13 @@ def test_real_check_passes_and_records_upstream_packing(models):
     kwargs_verdict = verdicts["packed-stock-upstream"]
     measured = {"5.3.0": Status.AFFECTED, "5.23.0": Status.SKIP}.get(transformers.__version__)
     assert kwargs_verdict.status in ((measured,) if measured else (Status.AFFECTED, Status.SKIP)), kwargs_verdict
+
+
+def test_a_cpu_cells_message_says_nothing_of_devices():
+    from harness.checks.patch_parity import on_the_cpu
+
+    assert on_the_cpu("all patches match stock (3 pass)", "cpu") == "all patches match stock (3 pass)"
+    assert "not on the cell's npu" in on_the_cpu("all patches match stock (3 pass)", "npu")
 
 
 def test_stock_side_runs_once_and_every_broken_patch_still_fails(models, monkeypatch):
