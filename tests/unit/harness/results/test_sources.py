@@ -52,8 +52,12 @@ def test_a_source_named_in_the_file_is_kept_and_a_missing_one_is_the_folders(tmp
 def test_the_committed_results_load_with_their_folders_source_and_origin_line():
     reports = Path(__file__).resolve().parents[4] / "reports" / "cuda"
     cells, problems = load_results(reports)
-    # the CPU-side run on exact wheels, and the install pre-flight of the verl rows (docs/verl.md)
-    assert cells and problems == [] and {c.source for c in cells} == {Source.CPU_SIDE, Source.PREFLIGHT}
+    # the CPU-side run on exact wheels, the install pre-flight of the verl rows (docs/verl.md), and the offline
+    # evidence run on a GPU (docs/preflight.md)
+    assert cells and problems == [] and {c.source for c in cells} == {Source.CPU_SIDE, Source.PREFLIGHT,
+                                                                      Source.OFFLINE_BOX}
+    assert all(c.environment["origin"].startswith("offline run on the box's own Python") and
+               c.environment["devices"] for c in cells if c.source is Source.OFFLINE_BOX)
     # Some files name the origin line `evidence`: read as `origin`, the one key the report shows.
     assert all("origin" in c.environment and "evidence" not in c.environment for c in cells)
     assert all(c.environment["origin"].startswith("CPU pre-flight") for c in cells if c.source is Source.CPU_SIDE)
