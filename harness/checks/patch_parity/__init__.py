@@ -78,6 +78,7 @@ def run(options: CheckOptions) -> CheckResult:
     from trainers.runtime.device import detect_device_type, set_cpu_threads
 
     set_cpu_threads()
+    cell_device = detect_device_type()  # first: a device that is not there errors before any model is built
     patches = all_patches()
     verdicts = audit_verdicts(patches)
     if cpu_part_only():  # no model is built: the numbers are the device's to give
@@ -115,7 +116,6 @@ def run(options: CheckOptions) -> CheckResult:
         verdicts.extend(produce())
         timings[section] = round(time.perf_counter() - start, 2)
     status, message = overall(verdicts)
-    cell_device = detect_device_type()
     metrics = {"qwen35_available": True, "seconds": timings, "patches": [p.name for p in patches],
                "tolerances": {dtype: vars(tol) for dtype, tol in TOLERANCES.items()},
                "device": "cpu", "cell_device": cell_device}
