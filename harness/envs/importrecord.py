@@ -30,6 +30,10 @@ GRAPH_VARIABLE = "HARNESS_IMPORT_GRAPH"  # set for a fork server: note who asks 
 HEADER = "# harness import record 1"
 INCOMPLETE = "!incomplete"  # a line that makes the whole record untrusted
 DIST_PREFIX = "dist:"  # a metadata lookup, not an import
+ALL_DISTRIBUTIONS = DIST_PREFIX + "*"  # a listing of every distribution
+ENTRY_POINTS_PREFIX = "entry-points:"  # a listing read only for the entry points of one group
+_NOT_MODULES = (DIST_PREFIX, ENTRY_POINTS_PREFIX)  # keys that are not module names (a group's name has dots)
+_METADATA_MODULES = frozenset({"importlib.metadata", "importlib_metadata"})  # the stdlib's and its backport
 INSTALLED_AS = "_harness_import_record"  # its name in a cell environment
 PROJECT = frozenset({"harness", "trainers"})  # keyed by module, not by package
 STARTUP = "<startup>"  # what interpreter start-up asked for (.pth lines, runpy): every check has it
@@ -117,7 +121,7 @@ class _Recorder:
 
     def asked_for(self, name: str, fromlist=()) -> None:
         """Module `name` (absolute) was asked for; `fromlist` may name project submodules."""
-        keys = [name] if name.startswith(DIST_PREFIX) else _keys(name)
+        keys = [name] if name.startswith(_NOT_MODULES) else _keys(name)
         if fromlist and keys[0] in PROJECT:
             keys += [f"{name}.{item}" for item in fromlist if isinstance(item, str) and item != "*"]
         if self.graphing:
@@ -154,8 +158,8 @@ class _Recorder:
         return STARTUP, near
 
     def _closure(self, key: str) -> set[str]:
-        """What `key` asked for in the server, transitively, as record lines (top-level names, dist:NAME); keys
-        already expanded into this process's file are not walked again."""
+        """What `key` asked for in the server, transitively, as record lines (top-level names, dist:NAME,
+        entry-points:GROUP); keys already expanded into this process's file are not walked again."""
         found, stack = set(), [key]
         while stack:
             current = stack.pop()
@@ -163,7 +167,7 @@ class _Recorder:
                 found.add(current)
                 stack.extend(self.edges.get(current, ()))
         self.expanded |= found
-        return {k if k.startswith(DIST_PREFIX) else _top(k) for k in found if k != STARTUP}
+        return {k if k.startswith(_NOT_MODULES) else _top(k) for k in found if k != STARTUP}
 
     def preload(self, module: str) -> bool:
         """Import `module`, if installed, as one preload step (False if not installed): what the step asks
@@ -194,9 +198,10 @@ class _Recorder:
 
     def find_distributions(self, context=None):
         """importlib.metadata asks every finder: a check that reads a distribution's metadata (its version,
-        say) depends on it even without importing it. `dist:*` stands for a listing of them all."""
+        say) depends on it even without importing it. `dist:*` stands for a listing of them all, `entry-points:G`
+        for one that only selects the entry points of group G."""
         name = getattr(context, "name", None)
-        key = DIST_PREFIX + (" ".join(str(name).split()) if name else "*")
+        key = DIST_PREFIX + " ".join(str(name).split()) if name else _listing_key()
         if self.graphing:
             self.edges.setdefault(self._owners()[0], set()).add(key)
         elif self.forked:
@@ -222,6 +227,21 @@ class _Recorder:
                 self.fd = inherited
                 self._write([f"{INCOMPLETE} {os.getpid()}"])  # said in the parent's file: the record is not whole
                 self.fd = -1
+
+
+def _listing_key() -> str:
+    """What a listing of every distribution depends on: `dist:*`, unless importlib.metadata lists them for
+    `entry_points(group=G)` alone (torch's device-backend autoload and torchrun's handlers, at import): what that
+    returns is decided by the distributions declaring entry points in group G, `entry-points:G`. Read off the
+    caller's frame, since the finder is asked from inside entry_points' own listing."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "entry_points" and frame.f_globals.get("__name__") in _METADATA_MODULES:
+            params = frame.f_locals.get("params")
+            group = params.get("group") if isinstance(params, dict) and set(params) <= {"group", "name"} else None
+            return ENTRY_POINTS_PREFIX + " ".join(group.split()) if isinstance(group, str) else ALL_DISTRIBUTIONS
+        frame = frame.f_back
+    return ALL_DISTRIBUTIONS
 
 
 RECORDER = _Recorder()

@@ -7,7 +7,8 @@ package found on the search path outside the environment, or `absent` (the check
 was not there; a cell where it is present is a different stack). The project's own packages are not
 listed: the harness revision covers them. A distribution whose metadata a process read (`dist:NAME`) is
 provided by its version, or `absent`; `dist:*` (every distribution listed, as packages_distributions
-and pkg_resources do) by the whole lock.
+and pkg_resources do) by the whole lock; `entry-points:GROUP` (a listing read only for the entry points of one
+group, as torch's import reads its device backends) by the distributions that declare that group, or `absent`.
 """
 from __future__ import annotations
 
@@ -21,11 +22,19 @@ import sys
 import uuid
 from pathlib import Path
 
-from harness.envs.importrecord import DIST_PREFIX, HEADER, INCOMPLETE, INSTALLED_AS, PROJECT, VARIABLE
+from harness.envs.importrecord import (
+    ALL_DISTRIBUTIONS,
+    DIST_PREFIX,
+    ENTRY_POINTS_PREFIX,
+    HEADER,
+    INCOMPLETE,
+    INSTALLED_AS,
+    PROJECT,
+    VARIABLE,
+)
 
 PROJECT_PACKAGES = PROJECT
 NOT_MODULES = frozenset({"__main__", "__mp_main__", INSTALLED_AS})
-ALL_DISTRIBUTIONS = f"{DIST_PREFIX}*"
 MAX_HASHED_FILES = 5000  # a bigger tree on the search path is not hashed, and so never matches
 
 
@@ -134,11 +143,14 @@ class EnvironmentModules:
         pins = parse_lock(lock_text)
         self.owners: dict[str, list[str]] = {}
         self.installed: dict[str, str] = {}  # distribution -> "name==version"
+        self.entry_groups: dict[str, set[str]] = {}  # entry-point group -> the distributions declaring it
         for dist in importlib.metadata.distributions(path=[str(p) for p in site_packages]):
             name = normalize(dist.metadata["Name"] or "")
             self.installed[name] = f"{name}=={pins.get(name, f'{dist.version} (not in the lock)')}"
             for top in _top_level(dist):
                 self.owners.setdefault(top, []).append(self.installed[name])
+            for group in {entry.group for entry in dist.entry_points}:
+                self.entry_groups.setdefault(" ".join(group.split()), set()).add(self.installed[name])
         self._cache: dict[str, str] = {}
 
     def provider(self, name: str) -> str:
@@ -152,6 +164,8 @@ class EnvironmentModules:
             return f"lock:{hashlib.sha256(listing).hexdigest()[:16]}"
         if name.startswith(DIST_PREFIX):
             return self.installed.get(normalize(name[len(DIST_PREFIX):]), "absent")
+        if name.startswith(ENTRY_POINTS_PREFIX):
+            return "+".join(sorted(self.entry_groups.get(name[len(ENTRY_POINTS_PREFIX):], ()))) or "absent"
         parts = ["stdlib"] if name in sys.stdlib_module_names else []
         for directory in self.search_path:
             parts += [f"file:{_hash_tree(found)}" for found in directory.get(name, ())]

@@ -6,8 +6,8 @@ had imported all reach the record; without the variable nothing is recorded.
 Under a fork server: a forked check counts what its own code asks for and, for each preloaded package it
 touches, what that package asked for in the server (transitively), not everything the server holds. Small
 packages written here: `light` and `heavy` are preloaded in that order by `driver` (`heavy` imports `light`,
-reads metadata, sets a submodule up lazily and puts a module into sys.modules without importing it), `bridge`
-reaches `heavy`."""
+reads metadata and one entry-point group, sets a submodule up lazily and puts a module into sys.modules without
+importing it), `bridge` reaches `heavy`."""
 from __future__ import annotations
 
 import os
@@ -43,6 +43,7 @@ PACKAGES = {
             importlib.metadata.version("heavy-optional")
         except importlib.metadata.PackageNotFoundError:
             pass
+        importlib.metadata.entry_points(group="heavy.backends")  # its plugins, as torch reads its device backends
 
         def __getattr__(name):  # lazy, as transformers' modules are: imported at first attribute access
             if name == "thing":
@@ -85,7 +86,7 @@ _, status = os.waitpid(pid, 0)
 sys.exit(os.waitstatus_to_exitcode(status))
 """
 
-HEAVY = {"heavy", "heavy_dep", "heavy_sub_dep", "heavy_injected", "dist:heavy-optional"}
+HEAVY = {"heavy", "heavy_dep", "heavy_sub_dep", "heavy_injected", "dist:heavy-optional", "entry-points:heavy.backends"}
 LIGHT = {"light", "light_dep"}
 
 
@@ -121,6 +122,7 @@ def test_a_check_that_touches_one_preloaded_package_counts_it_and_what_it_pulled
 def test_a_preloaded_package_counts_with_what_it_imported_read_and_set_up_lazily(tmp_path):
     names = _check(tmp_path, "from heavy import thing")  # already imported: only the hook sees it
     assert HEAVY | LIGHT <= names  # light: heavy imported it, though it was loaded before heavy
+    assert "dist:*" not in names  # heavy's entry-point group counts, not every distribution
 
 
 def test_a_package_reached_through_another_preloaded_module_counts(tmp_path):
@@ -152,7 +154,7 @@ def test_a_recorder_without_the_graph_counts_everything_the_server_held(tmp_path
                              "sys.modules['_harness_import_record'].RECORDER.fd = -1\n"
                              "sys.modules['_harness_import_record'].RECORDER.directory = ''\n"
                              "sys.modules['_harness_import_record'].start(sys.argv[1])")
-    assert HEAVY - {"dist:heavy-optional"} | LIGHT | {"bridge"} <= names
+    assert HEAVY - {"dist:heavy-optional", "entry-points:heavy.backends"} | LIGHT | {"bridge"} <= names
 
 
 TIER_SERVER = """
@@ -213,6 +215,12 @@ elif sys.argv[1] == "metadata":
     except importlib.metadata.PackageNotFoundError:
         pass
     importlib.metadata.packages_distributions()
+elif sys.argv[1] == "entry-points":
+    import importlib.metadata
+    importlib.metadata.entry_points(group="harness.test group")  # as torch reads its device backends
+elif sys.argv[1] == "all-entry-points":
+    import importlib.metadata
+    importlib.metadata.entry_points()  # every group: the whole listing counts
 elif sys.argv[1] == "killed":
     import decimal
     os.kill(os.getpid(), signal.SIGKILL)
@@ -258,6 +266,18 @@ def test_a_forked_child_records_into_its_own_file(tmp_path):
 def test_a_process_that_reads_distribution_metadata_records_which(tmp_path):
     assert _run(tmp_path, "metadata").returncode == 0
     assert {"dist:no-such-dist", "dist:*"} <= read_record(tmp_path / "rec")
+
+
+def test_a_listing_read_only_for_one_entry_point_group_records_that_group_not_every_distribution(tmp_path):
+    assert _run(tmp_path, "entry-points").returncode == 0
+    names = read_record(tmp_path / "rec")
+    assert "entry-points:harness.test group" in names and "dist:*" not in names
+
+
+def test_a_listing_of_every_entry_point_records_every_distribution(tmp_path):
+    assert _run(tmp_path, "all-entry-points").returncode == 0
+    names = read_record(tmp_path / "rec")
+    assert "dist:*" in names and not any(name.startswith("entry-points:") for name in names)
 
 
 def test_a_process_killed_by_a_signal_leaves_what_it_had_imported(tmp_path):

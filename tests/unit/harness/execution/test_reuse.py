@@ -20,8 +20,9 @@ LOCK = "mbridge==0.13.0\nnumpy==2.3.0\npackaging==26.3\n"
 LOADED = {"json", "numpy", "optional_thing"}  # stdlib, a distribution, an import that found nothing
 
 
-def _site(root: Path, pins: dict[str, str]) -> Path:
-    """A site-packages with one small distribution per pin, owning the module of the same name."""
+def _site(root: Path, pins: dict[str, str], groups: dict[str, str] | None = None) -> Path:
+    """A site-packages with one small distribution per pin, owning the module of the same name; `groups`:
+    distribution -> an entry-point group it declares."""
     site = root / "site-packages"
     shutil.rmtree(site, ignore_errors=True)
     for name, version in pins.items():
@@ -31,12 +32,15 @@ def _site(root: Path, pins: dict[str, str]) -> Path:
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
         (info / "RECORD").write_text(f"{name}/__init__.py,,\n{info.name}/METADATA,,\n")
+        if name in (groups or {}):
+            (info / "entry_points.txt").write_text(f"[{groups[name]}]\n{name} = {name}:VERSION\n")
     return site
 
 
-def _modules(tmp_path: Path, lock: str = LOCK, search: list[Path] | None = None) -> EnvironmentModules:
+def _modules(tmp_path: Path, lock: str = LOCK, search: list[Path] | None = None,
+             groups: dict[str, str] | None = None) -> EnvironmentModules:
     pins = dict(line.split("==") for line in lock.split())
-    return EnvironmentModules([_site(tmp_path, pins)], lock, search or [])
+    return EnvironmentModules([_site(tmp_path, pins, groups)], lock, search or [])
 
 
 def _record(directory: Path, names=LOADED, header: str = "# harness import record 1") -> Path:
@@ -130,6 +134,22 @@ def test_a_distribution_whose_metadata_was_read_counts_as_loaded(tmp_path, read,
     name = rerun_on.split("==")[0]
     lock = "".join(line + "\n" for line in LOCK.split() if not line.startswith(name)) + rerun_on + "\n"
     assert _cell(index, "c", _modules(tmp_path / "c", lock)).find("probe") is None
+
+
+def test_an_entry_point_group_read_counts_the_distributions_declaring_it_and_no_other(tmp_path):
+    """torch's import selects the entry points of group torch.backends: a distribution declaring that group (an
+    out-of-tree device backend) changes what it loads; a change to any other distribution does not."""
+    index = reuse.ReuseIndex(tmp_path / "out", from_disk=False)
+    read = LOADED | {"entry-points:torch.backends"}
+    _cell(index, "a", _modules(tmp_path / "a")).stamp("probe", CheckResult("probe", Status.PASS),
+                                                      _record(tmp_path / "rec", read))
+    other = LOCK.replace("packaging==26.3", "packaging==26.4")  # in the lock, never loaded: not the group's
+    assert _cell(index, "b", _modules(tmp_path / "b", other)).find("probe") is not None
+    backend = LOCK + "npu_backend==1.0\n"
+    assert _cell(index, "c", _modules(tmp_path / "c", backend)).find("probe") is not None  # declares no group
+    declaring = _modules(tmp_path / "d", backend, groups={"npu_backend": "torch.backends"})
+    assert declaring.provider("entry-points:torch.backends") == "npu-backend==1.0"
+    assert _cell(index, "d", declaring).find("probe") is None
 
 
 def test_a_file_a_setting_names_counts_by_its_content(tmp_path):
