@@ -143,6 +143,21 @@ def _run_logged(argv: list[str], log, env: dict[str, str]) -> None:
         raise SetupFailed(f"`{Path(argv[0]).name} {' '.join(argv[1:3])}` exited with status {done.returncode}")
 
 
+def _run_cached_first(argv: list[str], log, env: dict[str, str]) -> None:
+    """An install of exact pins from the package index: from uv's cache alone first (UV_OFFLINE), from the index
+    only where the cache lacks a wheel. A release's files never change, so the cached wheel of an exact pin is
+    the index's; asking the index again only re-fetched it (a proxy that answers uv's revalidation with a fresh
+    download made each vLLM cell fetch and keep another copy of torch)."""
+    if env.get("UV_OFFLINE"):
+        _run_logged(argv, log, env)
+        return
+    try:
+        _run_logged(argv, log, {**env, "UV_OFFLINE": "1"})
+    except SetupFailed:
+        log.write(b"# not every wheel is in uv's cache: from the package index\n")
+        _run_logged(argv, log, env)
+
+
 def uv_override_args(lines, path: Path) -> list[str]:
     """uv's `--override FILE` for an install recipe's override lines (its `exclude`), FILE written at `path`;
     no arguments and no file where there are none."""
@@ -188,8 +203,8 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
                              *wanted["requirements"]], log, uv_env)
             if fresh and from_index:
                 names = [arg for pin in from_index for arg in ("--reinstall-package", pin.split("==")[0])]
-                _run_logged([uv, "pip", "install", "--python", str(env.python), *names, *from_index], log,
-                            {k: v for k, v in uv_env.items() if k != "UV_FIND_LINKS"})
+                _run_cached_first([uv, "pip", "install", "--python", str(env.python), *names, *from_index], log,
+                                  {k: v for k, v in uv_env.items() if k != "UV_FIND_LINKS"})
             if fresh and from_source:
                 names = [arg for pin in from_source for arg in ("--no-binary", pin.split("==")[0])]
                 _run_logged([uv, "pip", "install", "--python", str(env.python), *names, *from_source], log,
