@@ -64,6 +64,8 @@ def test_bridge_parity_passes_on_hybrid_and_moe_at_tp1_tp2_ep2(tmp_path):
         assert verdicts[name].metrics["mtp_tensors"] > 0 and not verdicts[name].metrics["unwritten"], name
     assert verdicts["packed-gdn"].status == Status.PASS
     assert result.metrics["bridge"]
+    parts = result.metrics["seconds_by_part"]  # each job timed apart, within the check's own seconds
+    assert {"preload", "tp1", "tp2", "ep2"} <= set(parts) and sum(parts.values()) <= result.metrics["seconds"] + 0.1
     if not result.metrics["fla_installed"]:  # the shim bound exactly FLA's two names (and TE's router gemm)
         assert {"gated_delta_net.HAVE_FLA", "gated_delta_net.l2norm"} <= set(result.metrics["shim_symbols"])
 

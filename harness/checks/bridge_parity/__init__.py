@@ -239,14 +239,18 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
 
     preload("harness.checks.bridge_parity.ranks", "trainers.megatron.model", "trainers.megatron.mapping")
     preload_trainer("trainers.megatron")  # with megatron-core, which the ranks import only to build their models
-    results, launchers = {}, {}
+    results, launchers, seconds = {}, {}, {"preload": round(time.perf_counter() - started, 2)}
     for job in jobs:  # forked ranks die with this process (and are killed on any exception)
+        job_started = time.perf_counter()
         if job in megatron_bridge.JOBS and not any(done in megatron_bridge.JOBS for done in results):
             from harness.checks.bridge_parity import library
 
             library.preload()  # after the project's jobs: their ranks never see Megatron-Bridge imported
+            seconds["megatron-bridge-preload"] = round(time.perf_counter() - job_started, 2)
+            job_started = time.perf_counter()
         results[job], launchers[job] = _run_job(job, options, work, broken,
                                                 max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
+        seconds[job] = round(time.perf_counter() - job_started, 2)
     project_jobs = [job for job in jobs if job not in megatron_bridge.JOBS]
     verdicts = [verdict for job in project_jobs for verdict in project_verdicts(job, results[job], work)]
     if "tp1" in jobs:
@@ -272,7 +276,8 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
                                               default=0.0),
                "max_rel_grad_error": worst((v.metrics.get("max_rel_grad_error") or 0.0 for v in verdicts),
                                            default=0.0),
-               "seconds": round(time.perf_counter() - started, 2), "deliberately_broken": broken,
+               "seconds": round(time.perf_counter() - started, 2), "seconds_by_part": seconds,
+               "deliberately_broken": broken,
                "ranks": launchers}
     failed = [v.name for v in verdicts if v.status == Status.FAIL]
     errored = [v for v in verdicts if v.status == Status.ERROR]
