@@ -44,6 +44,10 @@ class CheckSpec:
     # Modules the check imports on top of what every check does, where installed: a cell's check server imports
     # them once, in a tier of its own that only the checks asking for them fork from (execution/forkserver.py).
     preload: tuple[str, ...] = ()
+    # Whether the check's outcome depends on the row's mode (sync or fully-async): only such a check is given
+    # `--mode`, so that every other check of a fully-async row is the same run as in its sync twin, and is reused
+    # from it.
+    reads_mode: bool = False
 
 
 # vLLM's offline engine, which the vLLM checks (and grpo-convergence's rollout rank) import: about 3 s on a core
@@ -92,7 +96,7 @@ CHECKS: dict[str, CheckSpec] = {
                   "too): log-probs, grads, round trip",
                   ("megatron",)),
         CheckSpec("grpo-convergence", "harness.checks.grpo_convergence",
-                  "a short GRPO run raises the reward and follows the reference curve", timeout=900,
+                  "a short GRPO run raises the reward and follows the reference curve", timeout=900, reads_mode=True,
                   preload=VLLM_PRELOAD,  # its FSDP trainer rolls out with the cell's vLLM, where one is installed
                   verl="verl's GRPO math against this project's trainer on the same batch, with what verl's Qwen3.5 "
                        "scripts select: compute_grpo_outcome_advantage, losses.ppo_loss, "

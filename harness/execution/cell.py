@@ -221,8 +221,8 @@ def _cell_reuse(cell: Cell, env: cellenv.CellEnv, opts: RunOptions, capture: dic
         revision = harness_revision()
     except (OSError, ValueError):  # unreadable metadata or project files: this cell neither reuses nor is reused
         return None
-    argv = _check_args(cell, opts)
-    return CellReuse(index, cell.id, modules, lambda name: context(name, argv, environ, capture, revision))
+    return CellReuse(index, cell.id, modules,
+                     lambda name: context(name, _check_args(cell, opts, name), environ, capture, revision))
 
 
 def _capture(env: cellenv.CellEnv, opts: RunOptions) -> dict:
@@ -262,7 +262,7 @@ def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, proc
     timeout = opts.timeout or matrix.timeout or spec.timeout
     attempts: list[dict] = []
     for attempt in range(opts.retries + 1):
-        outcome = processes.run(name, _check_args(cell, opts), opts.out_dir / log, timeout,
+        outcome = processes.run(name, _check_args(cell, opts, name), opts.out_dir / log, timeout,
                                 env.run_env(check_environment(cell, opts)), matrix.memory_limit_mb, spec.preload)
         if outcome.status is not Status.CRASH or attempt == opts.retries:
             break
@@ -276,10 +276,12 @@ def _one_check(name: str, cell: Cell, matrix: Matrix, env: cellenv.CellEnv, proc
     return outcome
 
 
-def _check_args(cell: Cell, opts: RunOptions) -> list[str]:
-    """The check process's options for this cell (check_process.add_arguments)."""
+def _check_args(cell: Cell, opts: RunOptions, check: str) -> list[str]:
+    """Check `check`'s process options for this cell (check_process.add_arguments); `--mode` only to a check that
+    reads it (CheckSpec.reads_mode; a check the table does not know gets it)."""
     args = ["--model", cell.axes["model"], "--backend", cell.axes["backend"], "--seed", str(opts.seed)]
-    if cell.axes.get("mode", "sync") != "sync":
+    spec = checks.CHECKS.get(check)
+    if cell.axes.get("mode", "sync") != "sync" and (spec is None or spec.reads_mode):
         args += ["--mode", cell.axes["mode"]]
     if opts.steps is not None:
         args += ["--steps", str(opts.steps)]

@@ -65,7 +65,7 @@ def test_max_ranks_reaches_the_check_command(tmp_path):
     path.write_text(MATRIX.format(value=1))
     cell = matrix.load(path).cells[0]
     assert cell.max_ranks == 1
-    assert run._check_args(cell, run.RunOptions(out_dir=tmp_path))[-2:] == ["--max-ranks", "1"]
+    assert run._check_args(cell, run.RunOptions(out_dir=tmp_path), "bridge-parity")[-2:] == ["--max-ranks", "1"]
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "true", '"1"', "1.5"])

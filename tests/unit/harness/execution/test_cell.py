@@ -187,3 +187,17 @@ def test_a_reused_result_is_rewritten_only_when_the_matrixs_known_failures_chang
     assert reapply_known_failures(result, cell) is False  # applied again: the same
     other = next(c for c in m.cells if c.axes["tensordict"] == "0.15.3")  # no entry covers it there
     assert reapply_known_failures(result, other) is True and result.checks[1].status is Status.FAIL
+
+
+def test_only_a_check_that_reads_the_mode_is_given_it_so_a_fully_async_row_reuses_its_sync_twin_s_other_checks(
+        tmp_path):
+    from harness import checks
+    from harness.execution.cell import RunOptions, _check_args
+
+    opts = RunOptions(out_dir=tmp_path)
+    async_row, sync_row = _cell(mode="fully-async"), _cell()
+    assert [name for name, spec in checks.CHECKS.items() if spec.reads_mode] == ["grpo-convergence"]
+    assert _check_args(async_row, opts, "grpo-convergence")[-2:] == ["--mode", "fully-async"]
+    for name in ("patch-parity", "offload-regression", "stack-smoke"):  # the same run, and so the same fingerprint
+        assert _check_args(async_row, opts, name) == _check_args(sync_row, opts, name)
+    assert "--mode" in _check_args(async_row, opts, "a-check-nobody-declared")  # unknown: given everything
