@@ -6,8 +6,8 @@
 Both sides train the same tiny Qwen3.5 text model (same seeded weights) on the convergence
 reference's toy task and settings (group size, prompts per step and the prompts themselves, max
 new tokens, temperature, AdamW, clip range, no KL; trainers/references/grpo_fsdp_text.json) at the
-learning rate of WORKLOAD, on ONE CPU thread. Ours is the FSDP trainer as `python -m trainers.fsdp` runs
-it (one process); TRL runs harness/benchmarks/trl.py in an environment of its own, built here with uv
+learning rate and micro-batching of WORKLOAD, on ONE CPU thread. Ours is the FSDP trainer as `python -m trainers.fsdp`
+runs it (one process); TRL runs harness/benchmarks/trl.py in an environment of its own, built here with uv
 (TRL is not a project dependency) with this environment's torch, transformers and tensordict.
 Each side is its own subprocess, so its peak RSS is its own (`os.wait4`); it is killed at the cap.
 
@@ -45,6 +45,7 @@ from harness.offline.benchmarks import TRL_VERSION
 from harness.results.records import write_json_atomic
 
 from . import provenance
+from .trl import PASSES_PER_STEP
 
 PINNED = ("torch", "transformers", "tensordict")  # copied from this environment into TRL's
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -225,7 +226,11 @@ def runs_of_one_revision(earlier, latest: dict) -> list[dict]:
 # that rate both sides reach the threshold in 9 to 11 steps, so one step of sampling noise moves the ratio by about
 # 10% (measured on b85667e: 2.97x to the threshold, 3.25x in steps per second), and figures before and after
 # would not compare.
-WORKLOAD = {"lr": 0.005}
+# The same passes over the step's rows on each side: TRL's side runs gradient_accumulation_steps=PASSES_PER_STEP (1:
+# its whole per-device batch in one pass, harness/benchmarks/trl.py), so ours runs micro_batches=1 rather than the
+# trainer's default 2 (the same gradient, summed token-mean, in twice the passes: measured on 4b7da8e, 1.57 s to the
+# threshold step at 2 against 1.36 s at 1, the same reward curve).
+WORKLOAD = {"lr": 0.005, "micro_batches": PASSES_PER_STEP}
 
 
 def benchmark(args: argparse.Namespace) -> dict:
