@@ -45,7 +45,6 @@ from harness.offline.benchmarks import TRL_VERSION
 from harness.results.records import write_json_atomic
 
 from . import provenance
-from .trl import PASSES_PER_STEP
 
 PINNED = ("torch", "transformers", "tensordict")  # copied from this environment into TRL's
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -226,11 +225,11 @@ def runs_of_one_revision(earlier, latest: dict) -> list[dict]:
 # that rate both sides reach the threshold in 9 to 11 steps, so one step of sampling noise moves the ratio by about
 # 10% (measured on b85667e: 2.97x to the threshold, 3.25x in steps per second), and figures before and after
 # would not compare.
-# The same passes over the step's rows on each side: TRL's side runs gradient_accumulation_steps=PASSES_PER_STEP (1:
-# its whole per-device batch in one pass, harness/benchmarks/trl.py), so ours runs micro_batches=1 rather than the
+# The same passes over the step's rows on each side: `micro_batches` is ours and TRL's gradient_accumulation_steps
+# (harness/benchmarks/trl.py passes_per_step); at 1 each side runs a step's rows in one pass, ours rather than the
 # trainer's default 2 (the same gradient, summed token-mean, in twice the passes: measured on 4b7da8e, 1.57 s to the
 # threshold step at 2 against 1.36 s at 1, the same reward curve).
-WORKLOAD = {"lr": 0.005, "micro_batches": PASSES_PER_STEP}
+WORKLOAD = {"lr": 0.005, "micro_batches": 1}
 
 
 def benchmark(args: argparse.Namespace) -> dict:

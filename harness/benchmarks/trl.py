@@ -24,7 +24,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 SPECIAL = {0: "<pad>", 1: "<bos>", 2: "<eos>"}  # the zoo's pad, bos and eos ids
-PASSES_PER_STEP = 1  # forward/backward passes over a step's rows (gradient accumulation); ours runs as many
+
+
+def passes_per_step(settings: dict) -> int:
+    """Forward/backward passes over a step's rows (gradient accumulation): the benchmark's `micro_batches`, which
+    our side's trainer is given too, so that neither side makes more passes per step."""
+    return int(settings["micro_batches"])
 
 
 def token_name(token_id: int) -> str:
@@ -101,7 +106,7 @@ def run(settings: dict, metrics: Path, work: Path) -> None:
     config = GRPOConfig(
         output_dir=str(work / "trl-out"), use_cpu=device == "cpu", bf16=False, fp16=False, seed=s["seed"],
         max_steps=s["steps"], per_device_train_batch_size=s["batch_prompts"] * s["group_size"],
-        gradient_accumulation_steps=PASSES_PER_STEP, num_generations=s["group_size"],
+        gradient_accumulation_steps=passes_per_step(s), num_generations=s["group_size"],
         max_completion_length=s["max_new_tokens"],
         temperature=s["temperature"], top_p=1.0, top_k=0, learning_rate=s["lr"], lr_scheduler_type="constant",
         warmup_steps=0, weight_decay=0.0, optim="adamw_torch", max_grad_norm=s["max_grad_norm"],

@@ -106,11 +106,11 @@ def test_trl_env_pins_this_environments_versions(name, monkeypatch, tmp_path):
 
 
 def test_both_sides_make_the_same_passes_over_a_step_s_rows():
-    """TRL's side accumulates over PASSES_PER_STEP passes (gradient_accumulation_steps); ours is handed as many
-    micro-batches (the trainer's default is 2), so neither side does more forward and backward passes per step."""
+    """The benchmark's settings give TRL's side its gradient accumulation and ours its micro-batches from one value
+    (the trainer's default is 2), so neither side makes more forward and backward passes per step."""
     from harness.benchmarks import trl as bench_trl
     from trainers.fsdp.config import TrainConfig
 
     reference = json.loads(bench_grpo.reference_path("fsdp", "text").read_text(encoding="utf-8"))
     settings = {**reference["trainer_args"], **bench_grpo.WORKLOAD, "seed": 0, "steps": 2, "device": "cpu"}
-    assert TrainConfig(model="text", **settings).micro_batches == bench_trl.PASSES_PER_STEP
+    assert TrainConfig(model="text", **settings).micro_batches == bench_trl.passes_per_step(settings) == 1
