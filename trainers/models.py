@@ -77,6 +77,18 @@ _VL = {
     "tie_word_embeddings": False,
 }
 
+# The zoo at one Gated DeltaNet layer and one full-attention layer, for the checks that compare one model two ways
+# (with and without a patch, packed and unpacked, offloaded and not): one layer of each kind runs every code path
+# such a comparison judges; the zoo's two more DeltaNet layers only repeat them (harness/checks/patch_parity/inputs.py
+# measures what they cost).
+ONE_OF_EACH = {"num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]}
+
+
+def one_of_each(kind: str) -> dict[str, Any]:
+    """The override that builds `kind` at ONE_OF_EACH (a copy; the VL model's is its text model's)."""
+    return copy.deepcopy({"text_config": ONE_OF_EACH} if kind == "vl" else ONE_OF_EACH)
+
+
 # kind -> (transformers module, config class, model class, default config)
 _ZOO = {
     "text": ("qwen3_5", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", _TEXT),

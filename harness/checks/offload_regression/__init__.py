@@ -24,6 +24,10 @@ CPU-only machine the compute device *is* the CPU, so (b) cannot show a mismatch:
 there and (b) is reported without deciding (`<side>/real-fsdp2`). On CUDA and NPU runners (b) decides `upstream`
 and `trainer`, and (a)'s verdicts are kept as `<name>/strict-emulation`.
 
+The models are the zoo's at one layer of each kind (trainers.models.ONE_OF_EACH), or the given model config: a site
+is named by its module's class, and one layer of each kind holds every class a site can be in. verl's parts build
+verl's own (support/verl_engine.py).
+
 `run(options, trainer_method="stock")` runs the trainer with the stock methods in place of its
 offload fixes (a deliberately broken patch set): the check must then fail where a site exists.
 """

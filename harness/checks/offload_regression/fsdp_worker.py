@@ -103,6 +103,7 @@ def _grad_norm(model) -> float | None:
 def _fsdp_pass(kind: str, name: str, args, plan, mesh, device) -> dict[str, Any]:
     """One step of the `kind` model sharded as the trainer shards it, with CPU offload unless `reference`.
     For VL it also records what `pos_embed` saw, inside its forward (`calls`) and before it (`outside`)."""
+    from harness.checks.offload_regression.offload_setup import model_override
     from trainers.fsdp.parallelize import parallelize
     from trainers.models import build_model
 
@@ -112,7 +113,7 @@ def _fsdp_pass(kind: str, name: str, args, plan, mesh, device) -> dict[str, Any]
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(patches_applied(patches))  # before the build: some targets are bound at build time
-        model = build_model(kind, args.model_config, seed=args.seed)
+        model = build_model(kind, model_override(kind, args.model_config), seed=args.seed)
         parallelize(model, plan, mesh=mesh, offload=offload)
         result["buffer_devices"] = sorted({str(b.device) for b in model.buffers()})  # where fully_shard left them
         calls: list = []

@@ -54,14 +54,23 @@ def _parameters_on_meta() -> Iterator[None]:
         nn.Module.register_parameter = register
 
 
+def model_override(kind: str, model_config):
+    """What the check builds `kind` from: the given model config, else the zoo's at one layer of each kind (the sites
+    are named by module class, and one layer of each kind holds every class a site can be in)."""
+    from trainers.models import one_of_each
+
+    return model_config if model_config is not None else one_of_each(kind)
+
+
 def offloaded_model(kind: str, model_config, seed: int) -> nn.Module:
     """The tiny `kind` model built on meta, its parameters materialized on the host with the
     weights a normal build with `seed` gets (buffers and attributes are real from the build)."""
     from trainers.models import build_model
 
-    weights = build_model(kind, model_config, seed=seed).state_dict()
+    override = model_override(kind, model_config)
+    weights = build_model(kind, override, seed=seed).state_dict()
     with _parameters_on_meta():
-        model = build_model(kind, model_config, seed=seed)
+        model = build_model(kind, override, seed=seed)
     for module in model.modules():
         for name, param in list(module._parameters.items()):
             if param is not None and param.is_meta:

@@ -1,6 +1,7 @@
 """patch-parity: every patch of the trainer gives the stock numbers; packed equals unpacked.
 
-Verdicts, on the text, vision-language and MoE tiny models where each applies:
+Verdicts, on the text, vision-language and MoE tiny models where each applies (at two layers, one Gated DeltaNet and
+one full attention: trainers.models.ONE_OF_EACH; packed-sp and verl's forwards keep the zoo's four):
   target-audit:*        every patch target exists in the installed transformers / torch_npu / vLLM
   patched-vs-stock:*    outputs and gradients with the patch against without it, per dtype
   packed-vs-unpacked:*  the trainer's packed path against each sequence run alone
@@ -117,6 +118,7 @@ def run(options: CheckOptions) -> CheckResult:
         timings[section] = round(time.perf_counter() - start, 2)
     status, message = overall(verdicts)
     metrics = {"qwen35_available": True, "seconds": timings, "patches": [p.name for p in patches],
+               "model_overrides": models.overrides,
                "tolerances": {dtype: vars(tol) for dtype, tol in TOLERANCES.items()},
                "device": "cpu", "cell_device": cell_device}
     return CheckResult(NAME, status, on_the_cpu(message, cell_device), metrics=metrics, verdicts=verdicts)

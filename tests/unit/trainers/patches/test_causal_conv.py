@@ -140,6 +140,7 @@ def test_patches_built_against_one_model_share_its_stock_side(monkeypatch):
     qwen35_or_skip()
     from harness.checks.patch_parity import built
     from harness.checks.patch_parity.inputs import Models
+    from trainers.models import ONE_OF_EACH
 
     stock_sides = []
     real_side = built._stock_side
@@ -148,7 +149,7 @@ def test_patches_built_against_one_model_share_its_stock_side(monkeypatch):
     names = ("causal-conv1d:qwen3_5", "causal-conv1d-update:qwen3_5")
     verdicts = [parity_stock.compare_patch(_patch(name), models, FP32, seed=0) for name in names]
     assert [v.status for v in verdicts] == [Status.PASS, Status.PASS], verdicts
-    assert stock_sides == [("text", "float32", None, 0)]  # once, for both patches
+    assert stock_sides == [("text", "float32", ONE_OF_EACH, 0)]  # once, for both patches, at the check's depth
     real = _patch(names[0])
     broken = causal_conv.CausalConvPatch(name=real.name, target=real.target, replacement=None,
                                          make=_drop_last_tap(real.make), versions=SpecifierSet(">=5.2"))

@@ -109,7 +109,7 @@ def test_units_follow_the_trainers_fsdp_policy():
 
 def test_offloaded_model_is_built_on_meta_and_gets_the_weights_of_a_normal_build(monkeypatch):
     from harness.checks.offload_regression import offload_setup
-    from trainers.models import build_model
+    from trainers.models import ONE_OF_EACH, build_model, one_of_each
 
     seen = []
     register = torch.nn.Module.register_parameter
@@ -117,7 +117,9 @@ def test_offloaded_model_is_built_on_meta_and_gets_the_weights_of_a_normal_build
     model = offload_setup.offloaded_model("text", None, 0)
     assert seen and all(device == "meta" for device in seen)  # every parameter was registered on meta
     assert torch.nn.Module.register_parameter is register  # and the build hook is gone
-    reference = build_model("text", seed=0)
+    assert model.config.layer_types == ONE_OF_EACH["layer_types"]  # the check's depth, where no config is given
+    reference = build_model("text", one_of_each("text"), seed=0)
+    assert model.state_dict().keys() == reference.state_dict().keys()
     for (name, p), (_, q) in zip(model.state_dict().items(), reference.state_dict().items()):
         assert p.device.type == "cpu" and torch.equal(p, q), name
 
