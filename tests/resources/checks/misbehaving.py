@@ -37,15 +37,24 @@ def _parent_title() -> str:
     return _title(_runner_pid())
 
 
+def _first_to_claim(marker: str) -> bool:
+    """Whether this process is the first to create `marker` (O_EXCL: two cells starting together cannot both claim
+    it, as they could by testing for it and then writing it); True without a marker."""
+    if not marker:
+        return True
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def run(options):
     mode = os.environ.get("MISBEHAVE", "pass")
     if mode == "pass":
         return CheckResult("misbehave", Status.PASS, "fine", metrics={"answer": 42, "runner": _parent_title()})
     if mode in ("kill-runner", "kill-runner-once"):  # the process running the cell dies (a lost Ray worker)
-        marker = os.environ.get("MISBEHAVE_MARKER", "")
-        if mode == "kill-runner" or not os.path.exists(marker):
-            if marker:
-                open(marker, "w").close()
+        if mode == "kill-runner" or _first_to_claim(os.environ.get("MISBEHAVE_MARKER", "")):
             os.kill(_runner_pid(), signal.SIGKILL)
             time.sleep(60)  # killed with its parent (PR_SET_PDEATHSIG)
         return CheckResult("misbehave", Status.PASS, "passed after the runner was replaced",
@@ -58,15 +67,11 @@ def run(options):
         time.sleep(float(os.environ.get("MISBEHAVE_SECONDS", "1.5")))
         return CheckResult("misbehave", Status.PASS, "slow but fine")
     if mode == "crash-once":
-        marker = os.environ["MISBEHAVE_MARKER"]
-        if not os.path.exists(marker):
-            open(marker, "w").close()
+        if _first_to_claim(os.environ["MISBEHAVE_MARKER"]):
             os.abort()
         return CheckResult("misbehave", Status.PASS, "passed on a retry")
     if mode == "kill-server-once":  # the check server dies mid-check; the fresh interpreter's try passes
-        marker = os.environ["MISBEHAVE_MARKER"]
-        if "checkserver" in _title(os.getppid()) and not os.path.exists(marker):
-            open(marker, "w").close()
+        if "checkserver" in _title(os.getppid()) and _first_to_claim(os.environ["MISBEHAVE_MARKER"]):
             os.kill(os.getppid(), signal.SIGKILL)
             time.sleep(60)
         return CheckResult("misbehave", Status.PASS, "passed without the check server")
