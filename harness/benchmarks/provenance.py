@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from pathlib import Path
 
 from harness.envs import envinfo
@@ -22,6 +23,49 @@ def machine() -> dict:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     # The capture's own CPU reading, without its package and device probes (seconds of torch import).
     return {"cpu": envinfo._cpu_model(), "cores": os.cpu_count(), "memory_gib": round(memory / 2**30, 1)}
+
+
+CALIBRATION_TRIES = 3
+
+
+def _python_work() -> None:
+    total = 0
+    for i in range(6_000_000):
+        total += i * i % 7
+
+
+def _torch_work() -> None:
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread, as the checks run on a CPU
+    try:
+        a = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+        for _ in range(800):
+            a = torch.tanh(a @ a.T / 256)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def calibration() -> dict:
+    """The seconds this machine takes now for a fixed one-thread workload, best of CALIBRATION_TRIES: a Python loop
+    (what imports and the harness run) and float32 matmuls on one torch thread (what the checks run). A shared
+    virtual machine of one name, core count and memory ran the same unchanged checks a third slower on one day than
+    on the day before: two figures of one machine compare only next to this. torch's part is left out (null) where
+    torch is not installed."""
+    parts: dict = {}
+    for name, work in (("python_s", _python_work), ("torch_s", _torch_work)):
+        try:
+            best = None
+            for _ in range(CALIBRATION_TRIES):
+                start = time.perf_counter()
+                work()
+                took = time.perf_counter() - start
+                best = took if best is None else min(best, took)
+            parts[name] = round(best, 3)
+        except ImportError:
+            parts[name] = None
+    return parts
 
 
 def revision(root: Path = PROJECT_ROOT) -> str | None:

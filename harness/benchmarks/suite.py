@@ -229,7 +229,8 @@ def _measure(args: argparse.Namespace) -> int:
     # Each group carries its own date, machine and revision: a later run merges over the file, so one stamp for
     # the whole file would also date the groups it did not measure.
     run = {**provenance.stamp(), "load_average_at_start": round(os.getloadavg()[0], 1)}
-    run["machine"] = {**run["machine"], "os": envinfo._os_name(), "python": platform.python_version()}
+    run["machine"] = {**run["machine"], "os": envinfo._os_name(), "python": platform.python_version(),
+                      "calibration": provenance.calibration()}
     figures: dict = {}
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
         work = Path(tmp)

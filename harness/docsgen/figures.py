@@ -88,9 +88,19 @@ def _machine(group: dict) -> str:
     machine = group.get("machine")
     if isinstance(machine, dict):
         parts = [machine.get("cpu"), f"{machine['cores']} cores" if machine.get("cores") else None,
-                 f"{machine['memory_gib']} GiB" if machine.get("memory_gib") else None]
+                 f"{machine['memory_gib']} GiB" if machine.get("memory_gib") else None, _calibration(machine)]
         return ", ".join(str(p) for p in parts if p) or NOT_RECORDED
     return str(machine) if machine else NOT_RECORDED
+
+
+def _calibration(machine: dict) -> str | None:
+    """The machine's one-thread calibration as the run measured it (benchmarks/provenance.py), where it did."""
+    parts = machine.get("calibration")
+    if not isinstance(parts, dict) or not any(isinstance(v, (int, float)) for v in parts.values()):
+        return None
+    shown = [f"{label} {parts[key]:.2f} s" for key, label in (("python_s", "Python"), ("torch_s", "torch"))
+             if isinstance(parts.get(key), (int, float))]
+    return "calibration: " + " / ".join(shown)
 
 
 def _stamp(group: dict, key: str) -> str:

@@ -44,3 +44,20 @@ def test_the_figures_file_the_bench_rewrites_makes_no_revision_dirty(tmp_path, m
     assert provenance.revision(tmp_path) == clean
     (tmp_path / "code.py").write_text("x = 2\n")
     assert provenance.revision(tmp_path) == clean + "+dirty"
+
+
+def test_the_calibration_times_one_thread_of_python_and_torch_and_leaves_the_thread_count_as_it_was():
+    torch = __import__("pytest").importorskip("torch")
+    threads = torch.get_num_threads()
+    parts = provenance.calibration()
+    assert set(parts) == {"python_s", "torch_s"} and all(v > 0 for v in parts.values())
+    assert torch.get_num_threads() == threads
+
+
+def test_a_calibration_without_torch_leaves_its_part_null(monkeypatch):
+    def no_torch():
+        raise ImportError("No module named 'torch'")
+
+    monkeypatch.setattr(provenance, "_torch_work", no_torch)
+    parts = provenance.calibration()
+    assert parts["torch_s"] is None and parts["python_s"] > 0

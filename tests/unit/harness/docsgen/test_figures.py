@@ -57,3 +57,16 @@ def test_where_the_matrix_time_goes_is_generated_from_the_matrix_group_with_its_
     assert "| phase: imports" in text and "12.50 s" in text
     assert "`cell-9`" in text and "`cell-10`" not in text  # the 10 longest cells only
     assert figures.matrix_time_tables({}).startswith("Not measured")
+
+
+def test_the_machine_column_shows_the_run_s_calibration_where_it_was_measured():
+    machine = {"cpu": "Some CPU", "cores": 2, "calibration": {"python_s": 0.312, "torch_s": 0.25}}
+    data = {"report": {"render_cpu_s": 1.5, "date": "2026-01-01", "machine": machine}}
+    row = next(line for line in figures.measured_table(data).splitlines() if "10,000" in line)
+    assert "Some CPU, 2 cores, calibration: Python 0.31 s / torch 0.25 s" in row
+    data["report"]["machine"] = {**machine, "calibration": {"python_s": 0.3, "torch_s": None}}
+    row = next(line for line in figures.measured_table(data).splitlines() if "10,000" in line)
+    shown = row.split("calibration: ")[1].split("|")[0].strip()
+    assert shown == "Python 0.30 s"  # torch's part, not measured, is not shown
+    data["report"]["machine"] = {"cpu": "Some CPU", "cores": 2}  # an older run: no calibration, nothing said
+    assert "calibration" not in figures.measured_table(data)
