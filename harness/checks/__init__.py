@@ -55,6 +55,15 @@ class CheckSpec:
 # (TORCHINDUCTOR_COMPILE_THREADS, PYTORCH_NVML_BASED_CUDA_CHECK, LD_LIBRARY_PATH through cv2), so only these checks
 # fork from where it was imported.
 VLLM_PRELOAD = ("vllm.entrypoints.llm",)
+# verl's modules that the checks with a verl counterpart import in a row that installs verl: about 3 s on a core
+# after the server's preload, which each of those checks paid again (about 8 a row). verl's import sets environment
+# variables (RAY_CLIENT_MODE, TORCH_CUDA_ARCH_LIST), a root logging handler and tensordict's lazy-legacy mode
+# (verl.protocol: off, as tensordict's default), so only the checks that run verl's code fork from where it was
+# imported; in such a check this project's part now runs after verl's import, as in a verl user's process. In a row
+# without verl the request comes to no installed module, and the check forks from the server (forkserver's
+# installed_part), or from the vLLM tier where it also asks for vLLM.
+VERL_PRELOAD = ("verl", "verl.protocol", "verl.utils.fsdp_utils", "verl.workers.engine.fsdp.transformer_impl",
+                "verl.experimental.agent_loop.agent_loop", "verl.trainer.ppo.core_algos")
 
 CHECKS: dict[str, CheckSpec] = {
     spec.name: spec
@@ -70,34 +79,39 @@ CHECKS: dict[str, CheckSpec] = {
                        "its fallbacks, VL forward), called through its FSDP engine (forward_step, prepare_model_inputs "
                        "and prepare_model_outputs on a batch from left_right_2_no_padding), packed and padded, "
                        "against stock transformers; verl's _build_fla_cp_context on the packed-sp ranks (a skip "
-                       "naming why verl's side needs a GPU)"),
+                       "naming why verl's side needs a GPU)",
+                  preload=VERL_PRELOAD),
         CheckSpec("offload-regression", "harness.checks.offload_regression",
                   "text, VL and MoE models under FSDP2 CPU offload: a verdict per host tensor that meets device "
                   "compute, upstream and trainer", ("fsdp",),
                   verl="the model set up by verl's apply_fsdp2 and fsdp2_load_full_state_dict with CPU offload and "
                        "verl's apply_monkey_patch (its fast_pos_embed_interpolate), stepped through its FSDP engine: "
-                       "real FSDP2 ranks, and the strict device emulation fed with verl's units and buffer placement"),
+                       "real FSDP2 ranks, and the strict device emulation fed with verl's units and buffer placement",
+                  preload=VERL_PRELOAD),
         # (needs_accelerator: it runs the model with the cell's kernels, as patch-parity does)
         CheckSpec("gate-precision", "harness.checks.gate_precision",
                   "the Gated DeltaNet's A_log and dt_bias under FSDP2's bf16 policy: float32 or rounded, as stored and "
                   "in the forward, upstream and trainer; what transformers keeps float32; the log-prob drift",
                   ("fsdp",), timeout=300,
                   verl="verl.utils.fsdp_utils.apply_fsdp2 with the policy of verl's FSDP engine (bf16 parameters, "
-                       "fp32 reduce): A_log and dt_bias in the forward"),
+                       "fp32 reduce): A_log and dt_bias in the forward",
+                  preload=VERL_PRELOAD),
         CheckSpec("nested-chunking", "harness.checks.nested_chunking",
                   "jagged mRoPE position ids survive micro-batch chunking", ("fsdp", "megatron"),
                   needs_accelerator=False,
                   verl="verl's own batch chunking, row by row: left_right_2_no_padding, BatchData.chunk and a pickle "
                        "round trip, maybe_fix_3d_position_ids, make_iterator, prepare_micro_batches, the FSDP engine's "
                        "prepare_model_inputs, postprocess_batch_func; non-tensor data through BatchData.chunk and "
-                       "BatchData.concat"),  # its tensors stay on the CPU on every device
+                       "BatchData.concat",
+                  preload=VERL_PRELOAD),  # its tensors stay on the CPU on every device
         CheckSpec("bridge-parity", "harness.checks.bridge_parity",
                   "HF and megatron-core agree on hybrid Qwen3.5 and MoE (TP1, TP2, EP2; Megatron-Bridge's own bridges "
                   "too): log-probs, grads, round trip",
                   ("megatron",)),
         CheckSpec("grpo-convergence", "harness.checks.grpo_convergence",
                   "a short GRPO run raises the reward and follows the reference curve", timeout=900, reads_mode=True,
-                  preload=VLLM_PRELOAD,  # its FSDP trainer rolls out with the cell's vLLM, where one is installed
+                  # its FSDP trainer rolls out with the cell's vLLM, where one is installed
+                  preload=VLLM_PRELOAD + VERL_PRELOAD,
                   verl="verl's GRPO math against this project's trainer on the same batch, with what verl's Qwen3.5 "
                        "scripts select: compute_grpo_outcome_advantage, losses.ppo_loss, "
                        "compute_rollout_correction_weights (the training run itself is this project's trainer)"),
@@ -106,13 +120,15 @@ CHECKS: dict[str, CheckSpec] = {
                   "transformers and vLLM rules, with memory per device", needs_accelerator=False,
                   verl="verl's own Qwen3.5 example scripts of the release (from its git repository), run under "
                        "recording stubs; their launch checked by verl's own config check (validate_config) and, read "
-                       "as a plan, by this project's rules"),
+                       "as a plan, by this project's rules",
+                  preload=VERL_PRELOAD),
         CheckSpec("vllm-rollout", "harness.checks.vllm_rollout",
                   "the cell's vLLM loads Qwen3.5; its log-probs and greedy tokens match the trainer's, also after a "
                   "GRPO update and a weight sync, and after sleep and wake", timeout=900, preload=VLLM_PRELOAD),
         CheckSpec("vllm-chat-parity", "harness.checks.vllm_chat_parity",
                   "the trainer's tool-call parser and chat rendering agree with vLLM's parser and vLLM's own chat "
-                                    "path, token for token", timeout=300, needs_accelerator=False, preload=VLLM_PRELOAD,
+                                    "path, token for token", timeout=300, needs_accelerator=False,
+                  preload=VLLM_PRELOAD + VERL_PRELOAD,
                   verl="verl's tool parser (ToolParser.get_tool_parser('qwen3_coder'), Qwen3XMLToolParser) against "
                        "vLLM's, or against this project's parser without vLLM; verl's chat rendering is not compared"),
         CheckSpec("verl-tests", "harness.checks.verl_tests",
@@ -125,7 +141,8 @@ CHECKS: dict[str, CheckSpec] = {
                   "an agent loop's per-turn tokens equal the whole-conversation rendering; the template dropping "
                   "earlier thinking told apart from a bug", timeout=300, needs_accelerator=False,
                   verl="verl's ToolAgentLoop.run with a scripted engine, and its Continuous Token builder with user "
-                       "turns"),
+                       "turns",
+                  preload=VERL_PRELOAD),
     )
 }
 

@@ -107,7 +107,8 @@ class CheckServer:
             raise ServerUnavailable(f"the check server answered {str(reply)[:200]} for the tier of "
                                     f"{', '.join(modules)}")
         self.tiers[modules] = reply
-        self.imports += float(reply.get("imports") or 0.0) if reply.get("ready") else 0.0
+        # a shared tier's imports were counted with the request that started it
+        self.imports += float(reply.get("imports") or 0.0) if reply.get("ready") and not reply.get("shared") else 0.0
 
     def close(self) -> None:
         """Stop the server (end of input), killing it if it does not go at once."""
@@ -225,7 +226,10 @@ class CheckProcesses:
         self.close()
 
     def _note_tier(self, modules: tuple[str, ...], told: dict) -> None:
-        if told.get("ready"):
+        if told.get("ready") and told.get("shared"):
+            self._note(f"check server tier shared: the checks that ask for {', '.join(modules)} fork from the tier "
+                       f"that imported {', '.join(told.get('modules', []))}, the same modules this cell installs")
+        elif told.get("ready"):
             self._note(f"check server tier ready: imported {', '.join(told.get('modules', []))} once in "
                        f"{float(told.get('imports', 0)):.1f} s, for the checks that ask for {', '.join(modules)}")
         else:

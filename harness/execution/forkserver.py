@@ -16,12 +16,14 @@ second server, a tier, is forked from this one the first time a check asks for t
 those checks; the other checks still fork from this server, which never imports them (importing vLLM sets
 environment variables and torch settings that a check which never touches vLLM must not inherit). A tier that
 cannot import its modules, imports none of them (not installed), or would be unsafe to fork is dropped, and
-its checks fork from this server, as before.
+its checks fork from this server, as before. A tier is keyed by the modules of a request whose top-level package the
+cell installs (installed_part): the checks asking for vLLM's modules and those asking for vLLM's and verl's share
+one tier in a row without verl, and a request that comes to nothing installed starts none.
 
 Protocol: JSON lines. Server -> runner: {"ready": true, "imports": s, "modules": [...], "graph": bool} or
 {"ready": false, "reason": ...}; then per request {"started": pid} and {"exited": pid, "code": c}, preceded,
 for the first request that asks for a tier, by {"tier": [...], "ready": bool, "imports": s, "modules": [...]}
-or with "reason" where it was dropped.
+(with "shared": true where an earlier request's tier serves it) or with "reason" where it was dropped.
 Runner -> server: {"check", "args", "log", "result", "memory_limit_mb", "preload"}; end of input stops it.
 """
 from __future__ import annotations
@@ -239,16 +241,22 @@ def serve(requests, replies: int, modules=PRELOAD) -> int:
     _send(replies, {"ready": True, "imports": round(time.perf_counter() - start, 3), "modules": loaded,
                     "graph": import_graph() is not None})
     server_pid = os.getpid()
-    tiers: dict[tuple[str, ...], _Tier | None] = {}
+    tiers: dict[tuple[str, ...], _Tier | None] = {}  # by the modules a check asked for
+    started: dict[tuple[str, ...], tuple[_Tier | None, dict]] = {}  # by those of them this cell installs
     try:
         for line in requests:
             request = json.loads(line)
             wanted = tuple(request.pop("preload", None) or ())
-            channels = (requests.fileno(), replies, *(fd for t in tiers.values() if t is not None for fd in t.fds()))
+            channels = (requests.fileno(), replies, *(fd for t in _distinct(tiers) for fd in t.fds()))
             if wanted and wanted not in tiers:
-                tiers[wanted], told = _start_tier(wanted, channels)
-                _send(replies, {"tier": list(wanted), **told})
-                channels += tiers[wanted].fds() if tiers[wanted] is not None else ()
+                key = installed_part(wanted)
+                shared = key in started
+                if not shared:
+                    started[key] = _start_tier(key, channels) if key else (
+                        None, {"ready": False, "reason": "none of them is installed"})
+                tiers[wanted], told = started[key]
+                _send(replies, {"tier": list(wanted), **told, **({"shared": True} if shared and key else {})})
+                channels = (requests.fileno(), replies, *(fd for t in _distinct(tiers) for fd in t.fds()))
             if tiers.get(wanted) is not None:
                 if not tiers[wanted].relay(request, replies):
                     return 1  # the runner finds this server gone and runs the check again in a fresh interpreter
@@ -262,10 +270,22 @@ def serve(requests, replies: int, modules=PRELOAD) -> int:
             _, status = os.waitpid(pid, 0)
             _send(replies, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
     finally:
-        for tier in tiers.values():
-            if tier is not None:
-                tier.close()
+        for tier in _distinct(tiers):
+            tier.close()
     return 0
+
+
+def installed_part(modules: tuple[str, ...]) -> tuple[str, ...]:
+    """The modules of a tier request whose top-level package this cell installs: the tier's key, so that two checks
+    asking for different lists that come to the same installed modules (vLLM's, and vLLM's with verl's in a row
+    without verl) fork from one tier. Only top-level packages are looked up: finding a submodule imports its package,
+    which this server must not."""
+    return tuple(module for module in modules if installed(module.split(".")[0]))
+
+
+def _distinct(tiers: dict) -> list[_Tier]:
+    """The live tiers, each once (several requests may share one)."""
+    return list({id(t): t for t in tiers.values() if t is not None}.values())
 
 
 def main(modules=None) -> int:

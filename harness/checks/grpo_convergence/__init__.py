@@ -67,8 +67,10 @@ def run(options: CheckOptions) -> CheckResult:
     if not verl.installed():
         return run_with(options)
     result = run_with(options)
-    # After the run, not before: importing verl starts threads (Ray's, pyarrow's) that keep the trainer's ranks
-    # from being forked from this process, and each torchrun rank imports the stack again.
+    # After the run, not before: where this check did not fork from the verl tier (checks.VERL_PRELOAD; imported
+    # there under the cell's FORK_SAFETY settings, which keep pyarrow's thread from starting), importing verl here
+    # first could start a thread that keeps the trainer's ranks from being forked (each torchrun rank then imports
+    # the stack again).
     return verl_math.attach(result, verl_math.verdict())
 
 

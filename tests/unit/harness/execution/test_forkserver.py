@@ -231,6 +231,30 @@ def test_a_check_that_asks_for_modules_forks_from_a_tier_that_imported_them_once
     assert _gone([asked["parent"]]) == []  # the tier stopped with the server
 
 
+def test_requests_that_come_to_the_same_installed_modules_share_one_tier(tmp_path, project_env):
+    """vLLM's modules, and vLLM's with verl's in a row without verl: one tier, imported once, and its imports counted
+    once; the module that is not installed is never looked for below its top-level package."""
+    env = _env(project_env, "tier", tmp_path)
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT)
+    try:
+        processes.ready()
+        server, before = processes.server.proc.pid, processes.server.imports
+        asks = (("tier_import",), ("tier_import", "no_such_module_here.sub"), ("tier_import",))
+        first, wider, again = (processes.run("misbehave", [], tmp_path / "logs" / f"{n}.log", 60, preload=ask)
+                               for n, ask in zip("abc", asks))
+        imports = processes.server.imports - before
+        told = processes.server.tiers
+    finally:
+        processes.close()
+    assert {r.status for r in (first, wider, again)} == {Status.PASS}
+    assert first.metrics["parent"] == wider.metrics["parent"] == again.metrics["parent"] != server
+    assert wider.metrics["imported"] and wider.metrics["variable"] == "1"
+    assert told[asks[1]].get("shared") and not told[asks[0]].get("shared")
+    assert imports == pytest.approx(float(told[asks[0]]["imports"]))  # the shared tier's imports counted once
+    log = (tmp_path / "setup.log").read_text()
+    assert log.count("check server tier ready") == 1 and "check server tier shared" in log
+
+
 @pytest.mark.parametrize("module, why", [
     ("threaded_import", "unsafe to fork after the imports: 2 Python threads"),
     ("broken_import", "import failed: RuntimeError: this package is broken"),

@@ -234,3 +234,13 @@ def test_verl_code_that_raises_before_giving_verdicts_is_one_verdict_not_the_che
 
     with pytest.raises(KeyError):
         verl.guarded("chunking", ours)
+
+
+def test_every_check_that_runs_verls_code_forks_from_the_verl_tier_and_no_other_does():
+    """A check with a verl counterpart (its `verl` column) asks for verl's modules, imported once per verl row by the
+    check server's tier; one without does not, so it never inherits what verl's import sets."""
+    for name, spec in checks.CHECKS.items():
+        asks = set(checks.VERL_PRELOAD) <= set(spec.preload)
+        uses_the_tier = bool(spec.verl) and name != "verl-tests"  # verl-tests runs pytest in a fresh interpreter
+        assert asks == uses_the_tier, name
+    assert all(m == "verl" or m.startswith("verl.") for m in checks.VERL_PRELOAD)
