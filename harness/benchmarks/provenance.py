@@ -86,4 +86,10 @@ def stamped(group, run: dict):
         return [stamped(item, run) for item in group]
     if not isinstance(group, dict):
         return group
-    return {**run, **{key: value for key, value in group.items() if key not in STAMP_KEYS or value is not None}}
+    out = {**run, **{key: value for key, value in group.items() if key not in STAMP_KEYS or value is not None}}
+    own, here = group.get("machine"), run.get("machine")
+    if isinstance(own, dict) and isinstance(here, dict) and "calibration" in here and "calibration" not in own:
+        # a group that names its machine itself (the matrix's, GRPO's) ran in this run on this machine: the run's
+        # calibration is that machine's too
+        out["machine"] = {**own, "calibration": here["calibration"]}
+    return out

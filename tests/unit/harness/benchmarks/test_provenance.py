@@ -61,3 +61,13 @@ def test_a_calibration_without_torch_leaves_its_part_null(monkeypatch):
     monkeypatch.setattr(provenance, "_torch_work", no_torch)
     parts = provenance.calibration()
     assert parts["torch_s"] is None and parts["python_s"] > 0
+
+
+def test_a_group_that_names_its_own_machine_gets_the_runs_calibration_and_keeps_its_own():
+    run = {"date": "2026-01-02", "machine": {"cores": 2, "calibration": {"python_s": 0.3, "torch_s": 0.2}}}
+    group = {"machine": {"cpu": "Some CPU", "cores": 2}, "wall_s": 1.0}
+    assert provenance.stamped(group, run)["machine"] == {"cpu": "Some CPU", "cores": 2,
+                                                         "calibration": {"python_s": 0.3, "torch_s": 0.2}}
+    own = {"machine": {"cores": 2, "calibration": {"python_s": 9.0}}}
+    assert provenance.stamped(own, run)["machine"]["calibration"] == {"python_s": 9.0}
+    assert provenance.stamped({"machine": "NVIDIA H200"}, run)["machine"] == "NVIDIA H200"  # a device's name
