@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness.checks import CHECKS, VLLM_PRELOAD
+from harness.checks import CHECKS, VERL_PRELOAD, VLLM_PRELOAD
 from harness.execution.forkclient import CheckProcesses
 from harness.results.records import Status
 
@@ -18,8 +18,10 @@ VARIABLES = ("TORCHINDUCTOR_COMPILE_THREADS", "PYTORCH_NVML_BASED_CUDA_CHECK", "
 
 
 def test_the_vllm_checks_ask_for_vllm_and_the_others_do_not():
-    asking = {name for name, spec in CHECKS.items() if spec.preload == VLLM_PRELOAD}
+    asking = {name for name, spec in CHECKS.items() if set(VLLM_PRELOAD) <= set(spec.preload)}
     assert asking == {"vllm-rollout", "vllm-chat-parity", "grpo-convergence"}
+    assert not any(m.split(".")[0] == "vllm" for name, spec in CHECKS.items() if name not in asking
+                   for m in spec.preload)
 
 
 def test_the_checks_that_ask_fork_from_a_tier_that_imported_vllm_once_and_no_other_check_sees_it(tmp_path,
@@ -35,7 +37,8 @@ def test_the_checks_that_ask_fork_from_a_tier_that_imported_vllm_once_and_no_oth
         assert processes.server is not None, (tmp_path / "setup.log").read_text()[-2000:]
         server_imports = processes.imports
         results = {label: processes.run("misbehave", [], tmp_path / "logs" / f"{label}.log", 300, preload=preload)
-                   for label, preload in (("first", VLLM_PRELOAD), ("plain", ()), ("second", VLLM_PRELOAD))}
+                   for label, preload in (("first", VLLM_PRELOAD), ("plain", ()), ("second", VLLM_PRELOAD),
+                                          ("with-verl", VLLM_PRELOAD + VERL_PRELOAD))}
         assert processes.server is not None
     finally:
         processes.close()
@@ -46,6 +49,9 @@ def test_the_checks_that_ask_fork_from_a_tier_that_imported_vllm_once_and_no_oth
     first, plain, second = (results[k].metrics for k in ("first", "plain", "second"))
     assert first["preloaded"] == second["preloaded"] == ["torch", "transformers", "vllm", "vllm.entrypoints.llm"]
     assert first["parent"] == second["parent"] != plain["parent"]  # one tier, one import
+    if importlib.util.find_spec("verl") is None:  # vLLM's and verl's modules, in a row without verl: the same tier
+        assert results["with-verl"].metrics["parent"] == first["parent"]
+        assert "check server tier shared" in log
     assert all(first["variables"][k] is not None for k in VARIABLES)
     assert plain["preloaded"] == ["torch", "transformers"]  # the test can fail: the server never imports vLLM
     assert plain["variables"] == {k: None for k in VARIABLES}
