@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import time
+import timeit
 from pathlib import Path
 
 from harness.envs import envinfo
@@ -56,13 +56,7 @@ def calibration() -> dict:
     parts: dict = {}
     for name, work in (("python_s", _python_work), ("torch_s", _torch_work)):
         try:
-            best = None
-            for _ in range(CALIBRATION_TRIES):
-                start = time.perf_counter()
-                work()
-                took = time.perf_counter() - start
-                best = took if best is None else min(best, took)
-            parts[name] = round(best, 3)
+            parts[name] = round(min(timeit.repeat(work, number=1, repeat=CALIBRATION_TRIES)), 3)
         except ImportError:
             parts[name] = None
     return parts

@@ -242,21 +242,22 @@ def serve(requests, replies: int, modules=PRELOAD) -> int:
                     "graph": import_graph() is not None})
     server_pid = os.getpid()
     tiers: dict[tuple[str, ...], _Tier | None] = {}  # by the modules a check asked for
-    started: dict[tuple[str, ...], tuple[_Tier | None, dict]] = {}  # by those of them this cell installs
+    started: dict[tuple[str, ...], tuple[_Tier | None, dict]] = {}  # each tier once, by those of them installed
     try:
         for line in requests:
             request = json.loads(line)
             wanted = tuple(request.pop("preload", None) or ())
-            channels = (requests.fileno(), replies, *(fd for t in _distinct(tiers) for fd in t.fds()))
+            live = (tier for tier, _ in started.values() if tier is not None)
+            channels = (requests.fileno(), replies, *(fd for tier in live for fd in tier.fds()))
             if wanted and wanted not in tiers:
                 key = installed_part(wanted)
                 shared = key in started
                 if not shared:
                     started[key] = _start_tier(key, channels) if key else (
                         None, {"ready": False, "reason": "none of them is installed"})
+                    channels += started[key][0].fds() if started[key][0] is not None else ()
                 tiers[wanted], told = started[key]
                 _send(replies, {"tier": list(wanted), **told, **({"shared": True} if shared and key else {})})
-                channels = (requests.fileno(), replies, *(fd for t in _distinct(tiers) for fd in t.fds()))
             if tiers.get(wanted) is not None:
                 if not tiers[wanted].relay(request, replies):
                     return 1  # the runner finds this server gone and runs the check again in a fresh interpreter
@@ -270,8 +271,9 @@ def serve(requests, replies: int, modules=PRELOAD) -> int:
             _, status = os.waitpid(pid, 0)
             _send(replies, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
     finally:
-        for tier in _distinct(tiers):
-            tier.close()
+        for tier, _ in started.values():
+            if tier is not None:
+                tier.close()
     return 0
 
 
@@ -282,10 +284,6 @@ def installed_part(modules: tuple[str, ...]) -> tuple[str, ...]:
     which this server must not."""
     return tuple(module for module in modules if installed(module.split(".")[0]))
 
-
-def _distinct(tiers: dict) -> list[_Tier]:
-    """The live tiers, each once (several requests may share one)."""
-    return list({id(t): t for t in tiers.values() if t is not None}.values())
 
 
 def main(modules=None) -> int:
