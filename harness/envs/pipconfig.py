@@ -7,29 +7,99 @@ the cell environments both take their uv settings from `uv_environment()`.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
+
+from harness.files import write_json_atomic
+
+# pip's answer kept between runs: starting pip to ask it costs about 0.45 s on a shared core, twice in a warm rerun
+# (run, then report) that otherwise takes about 2 s. Kept with the files pip said it reads (`pip config debug`) and
+# what else can change its answer; any change in those asks pip again.
+CACHE_NAME = "pip-config.json"
+_DEBUG_FILE = re.compile(r"^\s+(\S.*), exists: (?:True|False)$")
+_ASKED_WITH = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV", "PYENV_VERSION", "PATH")
+
+
+def _pips() -> list[list[str]]:
+    # This interpreter's pip, else the machine's: an environment made by uv has no pip, and the machine's pip
+    # configuration (its find-links, its constraints) must read the same from every interpreter the harness runs in.
+    return [[sys.executable, "-m", "pip"], [shutil.which("pip3") or "pip3"], [shutil.which("pip") or "pip"]]
+
+
+def _cache_file() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qwen35-harness" / CACHE_NAME
+
+
+def _key(files: list[str]) -> str:
+    """What pip's answer depends on: which pips would be asked, the variables it reads, the files it reads."""
+    def state(path: str) -> list | None:
+        try:
+            found = os.stat(path)
+        except OSError:
+            return None
+        return [found.st_mtime_ns, found.st_size, found.st_ino]
+
+    parts = {"pips": [[*pip, state(pip[0])] for pip in _pips()], "cwd": os.getcwd(),
+             "site": state(sysconfig.get_paths()["purelib"]),  # pip installed into this interpreter, or removed
+             "environ": {k: v for k, v in sorted(os.environ.items()) if k.startswith("PIP_") or k in _ASKED_WITH},
+             "files": {path: state(path) for path in files}}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _cached() -> dict[str, str] | None:
+    try:
+        kept = json.loads(_cache_file().read_text(encoding="utf-8"))
+        if kept["key"] == _key(list(kept["files"])):
+            return dict(kept["values"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _ask_pip() -> tuple[str, list[str]]:
+    """(`pip config list`'s output, the files `pip config debug` says it reads) from the first pip that answers."""
+    for pip in _pips():
+        try:
+            done = subprocess.run([*pip, "config", "list"], capture_output=True, text=True, timeout=60, check=False)
+            if done.returncode != 0:
+                continue
+            debug = subprocess.run([*pip, "config", "debug"], capture_output=True, text=True, timeout=60,
+                                   check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        files = [m.group(1) for m in map(_DEBUG_FILE.match, debug.stdout.splitlines()) if m]
+        return done.stdout, files if debug.returncode == 0 and files else []
+    return "", []
 
 
 @functools.lru_cache(maxsize=1)
 def pip_config() -> dict[str, str]:
     """pip's effective configuration (`pip config list`), keys without their scope prefix.
 
-    Scopes are listed in pip's own precedence order, so a later scope overrides an earlier one.
+    Scopes are listed in pip's own precedence order, so a later scope overrides an earlier one. Kept between
+    runs (see CACHE_NAME) only when pip said which files it reads.
     """
-    out = ""
-    # This interpreter's pip, else the machine's: an environment made by uv has no pip, and the machine's pip
-    # configuration (its find-links, its constraints) must read the same from every interpreter the harness runs in.
-    for pip in ([sys.executable, "-m", "pip"], [shutil.which("pip3") or "pip3"], [shutil.which("pip") or "pip"]):
+    cached = _cached()
+    if cached is not None:
+        return cached
+    out, files = _ask_pip()
+    values = _parse(out)
+    if files:
         try:
-            done = subprocess.run([*pip, "config", "list"], capture_output=True, text=True, timeout=60, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if done.returncode == 0:
-            out = done.stdout
-            break
+            write_json_atomic(_cache_file(), {"key": _key(files), "files": files, "values": values})
+        except OSError:  # a cache that cannot be written costs time, never the answer
+            pass
+    return values
+
+
+def _parse(out: str) -> dict[str, str]:
     values: dict[str, str] = {}
     for line in out.splitlines():
         key, sep, value = line.partition("=")

@@ -84,11 +84,25 @@ class PackageIndex:
     """Releases per distribution, from one simple index and any find-links directories."""
 
     def __init__(self, url: str | None = None, find_links: list[str] | None = None):
-        self.url = (url or pipconfig.index_url()).rstrip("/")
-        self.find_links = pipconfig.find_links() if find_links is None else find_links
+        # Where the index is, and pip's settings that say so, are looked up when first needed: a matrix whose
+        # releases' requirements are all cached never asks (harness.envs.pipconfig starts pip).
+        self._url = url.rstrip("/") if url else None
+        self._find_links = find_links
         self._cache: dict[str, set[Version]] = {}
         self._files: dict[str, list[ReleaseFile]] = {}
         self._listed: dict[str, set[Version]] = {}  # versions a JSON page lists (with or without files)
+
+    @property
+    def url(self) -> str:
+        if self._url is None:
+            self._url = pipconfig.index_url().rstrip("/")
+        return self._url
+
+    @property
+    def find_links(self) -> list[str]:
+        if self._find_links is None:
+            self._find_links = pipconfig.find_links()
+        return self._find_links
 
     def versions(self, distribution: str) -> set[Version]:
         name = canonicalize_name(distribution)

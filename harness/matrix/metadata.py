@@ -134,8 +134,8 @@ class MetadataSource:
         """`per_index`: one cache folder per index URL; False: one folder whatever the index (the matrices'
         cache, which each file's `index` still names)."""
         self.index, self.today = index, today or dt.date.today()
-        digest = hashlib.sha256(index.url.encode()).hexdigest()[:12]
-        self.cache = (cache_root or CACHE_ROOT) / (digest if per_index else "")
+        digest = hashlib.sha256(index.url.encode()).hexdigest()[:12] if per_index else ""  # the URL asked only here
+        self.cache = (cache_root or CACHE_ROOT) / digest
 
     def declared(self, distribution: str, version: Version | str) -> Declared:
         name, version = canonicalize_name(distribution), Version(str(version))

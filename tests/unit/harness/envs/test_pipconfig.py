@@ -1,31 +1,85 @@
 """harness.envs.pipconfig: pip's configuration read the same from every interpreter, one without pip included (an
 environment made by uv), so that the harness forwards the machine's find-links and constraints to uv wherever it
-runs."""
+runs; pip's answer kept between runs until a file it reads, or a variable, changes."""
 import subprocess
 import sys
 from types import SimpleNamespace
 
+import pytest
+
 from harness.envs import pipconfig
 
 
-def test_an_interpreter_without_pip_reads_the_machines_pip_configuration(monkeypatch, tmp_path):
-    asked = []
+@pytest.fixture
+def fake_pip(monkeypatch, tmp_path):
+    """A machine whose pip3 (not this interpreter's, which has none) reads one user file; what was asked is kept."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    user_file = tmp_path / "pip.conf"
+    user_file.write_text("[global]\n")
     constraints, wheels = str(tmp_path / "constraints.txt"), str(tmp_path / "wheels")
+    asked = []
 
     def run(argv, **kwargs):
-        asked.append(argv[0])
+        asked.append((argv[0], argv[-1]))
         if argv[0] == sys.executable:  # `python -m pip`: no module named pip
             return SimpleNamespace(returncode=1, stdout="", stderr="No module named pip")
+        if argv[-1] == "debug":
+            return SimpleNamespace(returncode=0, stderr="", stdout=(
+                f"env_var:\n  PIP_FIND_LINKS='{wheels}'\nenv:\nglobal:\n  {tmp_path / 'etc.conf'}, exists: False\n"
+                f"user:\n  {user_file}, exists: True\n    global.constraint: {constraints}\n"))
         return SimpleNamespace(returncode=0, stderr="",
                                stdout=f"global.constraint='{constraints}'\n:env:.find-links='{wheels}'\n")
 
     monkeypatch.setattr(subprocess, "run", run)
     monkeypatch.setattr(pipconfig.shutil, "which", lambda name: str(tmp_path / "bin" / name))
     pipconfig.pip_config.cache_clear()
-    try:
-        assert pipconfig.pip_config() == {"constraint": constraints, "find-links": wheels}
-        env = pipconfig.uv_environment({})
-        assert env == {"UV_FIND_LINKS": wheels, "UV_CONSTRAINT": constraints}
-    finally:
-        pipconfig.pip_config.cache_clear()
-    assert asked == [sys.executable, str(tmp_path / "bin" / "pip3")]
+    yield SimpleNamespace(asked=asked, user_file=user_file, constraints=constraints, wheels=wheels, tmp=tmp_path)
+    pipconfig.pip_config.cache_clear()
+
+
+def test_an_interpreter_without_pip_reads_the_machines_pip_configuration(fake_pip):
+    assert pipconfig.pip_config() == {"constraint": fake_pip.constraints, "find-links": fake_pip.wheels}
+    env = pipconfig.uv_environment({})
+    assert env == {"UV_FIND_LINKS": fake_pip.wheels, "UV_CONSTRAINT": fake_pip.constraints}
+    pip3 = str(fake_pip.tmp / "bin" / "pip3")
+    assert fake_pip.asked == [(sys.executable, "list"), (pip3, "list"), (pip3, "debug")]
+
+
+def test_the_answer_is_kept_between_runs_until_a_file_pip_reads_changes(fake_pip):
+    first = pipconfig.pip_config()
+    pipconfig.pip_config.cache_clear()  # as a new process would start
+    fake_pip.asked.clear()
+    assert pipconfig.pip_config() == first
+    assert fake_pip.asked == []  # pip was not started again
+
+    fake_pip.user_file.write_text("[global]\nconstraint = /elsewhere\n")  # pip's user file edited
+    pipconfig.pip_config.cache_clear()
+    pipconfig.pip_config()
+    assert (str(fake_pip.tmp / "bin" / "pip3"), "list") in fake_pip.asked
+
+
+def test_a_file_pip_reads_appearing_or_a_pip_variable_asks_again(fake_pip, monkeypatch):
+    pipconfig.pip_config()
+    (fake_pip.tmp / "etc.conf").write_text("[global]\n")  # listed by pip as absent, now there
+    pipconfig.pip_config.cache_clear()
+    fake_pip.asked.clear()
+    pipconfig.pip_config()
+    assert fake_pip.asked  # asked again
+
+    pipconfig.pip_config.cache_clear()
+    fake_pip.asked.clear()
+    monkeypatch.setenv("PIP_INDEX_URL", "https://mirror.example/simple")
+    pipconfig.pip_config()
+    assert fake_pip.asked
+
+
+def test_a_pip_that_does_not_say_which_files_it_reads_is_asked_every_time(fake_pip, monkeypatch):
+    plain = subprocess.run
+
+    def no_debug(argv, **kwargs):
+        done = plain(argv, **kwargs)
+        return SimpleNamespace(returncode=2, stdout="", stderr="unknown command") if argv[-1] == "debug" else done
+
+    monkeypatch.setattr(subprocess, "run", no_debug)
+    assert pipconfig.pip_config()["find-links"] == fake_pip.wheels
+    assert not (fake_pip.tmp / "cache" / "qwen35-harness" / pipconfig.CACHE_NAME).exists()
