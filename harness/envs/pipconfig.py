@@ -22,7 +22,7 @@ from harness.files import write_json_atomic
 # pip's answer kept between runs: starting pip to ask it costs about 0.45 s on a shared core, twice in a warm rerun
 # (run, then report) that otherwise takes about 2 s. Kept with the files pip said it reads (`pip config debug`) and
 # what else can change its answer; any change in those asks pip again.
-CACHE_NAME = "pip-config.json"
+CACHE_NAME = "pip-config"
 _DEBUG_FILE = re.compile(r"^\s+(\S.*), exists: (?:True|False)$")
 _ASKED_WITH = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV", "PYENV_VERSION", "PATH")
 
@@ -34,7 +34,10 @@ def _pips() -> list[list[str]]:
 
 
 def _cache_file() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qwen35-harness" / CACHE_NAME
+    """One per interpreter: the harness's and a cell's (verl-tests asks from there) would otherwise replace each
+    other's."""
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qwen35-harness"
+    return folder / f"{CACHE_NAME}-{hashlib.sha256(sys.executable.encode()).hexdigest()[:12]}.json"
 
 
 def _key(files: list[str]) -> str:
