@@ -34,7 +34,7 @@ from harness.matrix.newest import resolve_cells
 from harness.results import verdict_diff
 from harness.results.records import write_json_atomic
 
-from . import phases, provenance
+from . import phases, plan_verdicts, provenance
 
 ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 SERIAL_FLAGS = (("--no-reuse",), ("--no-fork",), ("--jobs", "1"))
@@ -180,6 +180,8 @@ def bench(chosen: Slice, work: Path) -> dict:
         figures["old_way"] = timed_run("old-way", chosen, ids, old_flags, work / "old", work / "old-envs", work)
     figures["new_way"] = timed_run("new-way", chosen, ids, new_flags, work / "new", work / "new-envs", work)
     new_cold = _keep_cells(work / "new", work / "new-cold") if (work / "new" / "cells").is_dir() else work / "new-cold"
+    if (new_cold / "cells").is_dir():  # docs/launch-plans.md's table is generated from these (docsgen/plans.py)
+        figures["launch_plans"] = plan_verdicts.from_cells(new_cold / "cells")
     figures["warm_rerun"] = timed_run("warm-rerun", chosen, ids, new_flags, work / "new", work / "new-envs", work)
     figures["verdicts"] = {"new_vs_warm_rerun": verdicts(new_cold, work / "new")}
     if chosen.serial:

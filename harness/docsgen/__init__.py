@@ -3,5 +3,5 @@
 Pages hold each table between `<!-- generated: NAME -->` and `<!-- end generated -->`; `python -m
 harness.docsgen` rewrites them, `--check` fails on a page that disagrees with the code.
 
-May import: harness.errors, harness.files, harness.checks, harness.results.
+May import: harness.errors, harness.files, harness.checks, harness.results, harness.plans (the launch-plans table).
 """

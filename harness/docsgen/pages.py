@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.docsgen import figures, tables
+from harness.docsgen import figures, plans, tables
 from harness.files import write_text_atomic
 
 ROOT = tables.ROOT
@@ -23,6 +23,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "sessions-full": lambda: tables.sessions_table(full=True),
     "measured": figures.measured_table,
     "measured-matrix-time": figures.matrix_time_tables,
+    "launch-plans-verdicts": plans.launch_plans_table,
     **{f"check-{name}": (lambda name=name: tables.check_doc(name)) for name in tables.CHECKS},
 }
 

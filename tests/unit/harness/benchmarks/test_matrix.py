@@ -1,5 +1,6 @@
 """harness.benchmarks.matrix: the flag probe, the CPU shares, and a selection that matches nothing (the breakdown
 of a run: test_phases.py; the bench itself: tests/e2e/test_matrix_bench.py)."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,25 @@ def test_defaults_only_leaves_out_the_serial_run_and_says_nothing_of_a_ratio(tmp
     assert figures["verdicts"] == {"new_vs_warm_rerun": "identical"}
     table = matrix_bench.describe(figures)
     assert "old way" not in table and "new way" in table and "warm rerun" in table
+
+
+def test_the_cold_runs_launch_plans_verdicts_are_kept_for_the_docs(tmp_path, monkeypatch):
+    """docs/launch-plans.md's table is generated from these (docsgen/plans.py): they come from the cold run's cells."""
+    from harness.results.records import CellResult, CheckResult, Status, Verdict
+
+    def timed_run(label, chosen, ids, flags, out, env_root, work):
+        if label == "new-way":
+            (out / "cells").mkdir(parents=True)
+            verdict = Verdict("a-plan", Status.PASS, "would start", metrics={"memory_gib": {"total": 1.5}})
+            cell = CellResult("cpu", "m", {"megatron_core": "0.16.1", "transformers": "5.23.0"},
+                              checks=[CheckResult("launch-plans", Status.PASS, "", verdicts=[verdict])])
+            (out / "cells" / "m.json").write_text(json.dumps(cell.to_dict()), encoding="utf-8")
+        return {"wall_s": 1.0, "exit_status": 0}
+
+    monkeypatch.setattr(matrix_bench, "timed_run", timed_run)
+    monkeypatch.setattr(matrix_bench, "warm_uv_cache", lambda cells, scratch: 0.0)
+    monkeypatch.setattr(matrix_bench, "verdicts", lambda first, second: "identical")
+    chosen = matrix_bench.Slice(ROOT / "matrices" / "cpu.toml", tags=("smoke",), serial=False)
+    figures = matrix_bench.bench(chosen, tmp_path)
+    assert figures["launch_plans"]["0.16.1"]["cell"] == "m"
+    assert figures["launch_plans"]["0.16.1"]["verdicts"]["a-plan"]["memory_gib"] == 1.5
