@@ -49,7 +49,11 @@ def _key(files: list[str]) -> str:
             return None
         return [found.st_mtime_ns, found.st_size, found.st_ino]
 
-    parts = {"pips": [[*pip, state(pip[0])] for pip in _pips()], "cwd": os.getcwd(),
+    try:
+        here = os.getcwd()  # a pyenv shim picks its Python by the folder it runs in
+    except OSError:  # the folder was removed under this process
+        here = None
+    parts = {"pips": [[*pip, state(pip[0])] for pip in _pips()], "cwd": here,
              "site": state(sysconfig.get_paths()["purelib"]),  # pip installed into this interpreter, or removed
              "environ": {k: v for k, v in sorted(os.environ.items()) if k.startswith("PIP_") or k in _ASKED_WITH},
              "files": {path: state(path) for path in files}}
