@@ -13,7 +13,6 @@ through `die_with_parent`.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
@@ -29,19 +28,17 @@ from pathlib import Path
 from harness.errors import EnvironmentMissing
 from harness.files import write_text_atomic
 
-from . import bytecode, importrecord, pipconfig
+from . import bytecode, deathsig, importrecord, pipconfig
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 HARNESS_NEEDS = ("packaging",)
 MARKER = ".harness-env.json"
 OVERRIDES = ".harness-overrides.txt"  # the install recipe's `exclude`, as uv reads it
-PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> None:
     """A `preexec_fn`, run in the child before exec: SIGKILL when the process that started it dies."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    deathsig.on_parent_death(signal.SIGKILL)
 
 
 class SetupFailed(RuntimeError):

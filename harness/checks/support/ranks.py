@@ -18,7 +18,6 @@ cannot pass on to its ranks.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import os
 import signal
@@ -31,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
+from harness.envs import deathsig
+
 POLL_SECONDS = 0.02
 
 
@@ -53,8 +53,7 @@ def _rank_main(target: Callable[[], int | None], rank: int, nproc: int, port_pip
     """In the forked child: never returns (os._exit), whatever the target does."""
     code = 1
     try:
-        if sys.platform == "linux":
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        deathsig.on_parent_death(signal.SIGKILL)
         if os.getppid() != parent:  # the parent died before the request took effect
             os._exit(1)
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -242,8 +241,7 @@ def run_job(main: Callable[[list[str]], int], module: str, args: list[str], npro
 
 
 def _terminated_with_this_check() -> None:
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    deathsig.on_parent_death(signal.SIGTERM)
 
 
 def start_torchrun(argv: list[str], log: Path, env: dict[str, str] | None = None,
