@@ -1,6 +1,7 @@
 """harness.envs.pipconfig: pip's configuration read the same from every interpreter, one without pip included (an
 environment made by uv), so that the harness forwards the machine's find-links and constraints to uv wherever it
 runs; pip's answer kept between runs until a file it reads, or a variable, changes."""
+import json
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -83,3 +84,24 @@ def test_a_pip_that_does_not_say_which_files_it_reads_is_asked_every_time(fake_p
     monkeypatch.setattr(subprocess, "run", no_debug)
     assert pipconfig.pip_config()["find-links"] == fake_pip.wheels
     assert not list((fake_pip.tmp / "cache").glob(f"**/{pipconfig.CACHE_NAME}*"))
+
+
+def test_the_machines_real_pip_says_which_files_it_reads_and_is_then_not_asked_again(monkeypatch, tmp_path):
+    """Against the real pip's `config debug` output: a format pip changed would leave the answer uncached."""
+    if not any(pipconfig.shutil.which(name) for name in ("pip3", "pip")):
+        pytest.skip("no pip on this machine")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    pipconfig.pip_config.cache_clear()
+    try:
+        first = pipconfig.pip_config()
+        kept = list(tmp_path.glob(f"qwen35-harness/{pipconfig.CACHE_NAME}-*.json"))
+        assert len(kept) == 1 and json.loads(kept[0].read_text())["files"]  # pip named the files it reads
+
+        def no_pip(*args, **kwargs):
+            raise AssertionError("pip was started again")
+
+        monkeypatch.setattr(subprocess, "run", no_pip)
+        pipconfig.pip_config.cache_clear()
+        assert pipconfig.pip_config() == first
+    finally:
+        pipconfig.pip_config.cache_clear()
