@@ -134,7 +134,8 @@ class MetadataSource:
         """`per_index`: one cache folder per index URL; False: one folder whatever the index (the matrices'
         cache, which each file's `index` still names)."""
         self.index, self.today = index, today or dt.date.today()
-        digest = hashlib.sha256(index.url.encode()).hexdigest()[:12] if per_index else ""  # the URL asked only here
+        # The index's URL is looked up only for a per-index folder (PackageIndex.url may start pip).
+        digest = hashlib.sha256(index.url.encode()).hexdigest()[:12] if per_index else ""
         self.cache = (cache_root or CACHE_ROOT) / digest
 
     def declared(self, distribution: str, version: Version | str) -> Declared:
