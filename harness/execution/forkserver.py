@@ -285,7 +285,6 @@ def installed_part(modules: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(module for module in modules if installed(module.split(".")[0]))
 
 
-
 def main(modules=None) -> int:
     """Entry of `python -m harness checkserver`: replies go to a private copy of stdout, and stdout
     itself to stderr (the cell's setup log), so nothing an import prints can garble the protocol. It ends with
