@@ -144,9 +144,15 @@ def hand_over_records(private: Path, public: Path, held: set[str] = frozenset())
         target.write_text("\n".join([HEADER, *kept]) + "\n", encoding="utf-8")
 
 
-def command(files: list[str], workers: int, timeout: float | None, python: str | None = None) -> list[str]:
+def command(files: list[str], workers: int, timeout: float | None, python: str | None = None,
+            basetemp: Path | None = None) -> list[str]:
+    """pytest's command line. `basetemp`: the tests' temporary folders there, not in the machine's shared
+    pytest-of-<user>, where pytest removes all but the newest three runs' folders, other pytest runs' included
+    (measured: 7 s of one cell's run spent deleting a test session's folders)."""
     argv = [python or sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", PLUGIN, "-q",
             "--continue-on-collection-errors", "-o", "console_output_style=classic"]
+    if basetemp is not None:
+        argv += ["--basetemp", str(basetemp)]
     if workers > 1:
         argv += ["-n", str(workers)]
     if timeout is not None:
@@ -172,8 +178,9 @@ def run_suite(root: Path, files: list[str], workers: int, timeout: float | None,
             env[VARIABLE] = str(records)
         start = time.perf_counter()
         with open(log or os.devnull, "w", encoding="utf-8") as out:
-            done = subprocess.run(command(files, workers, timeout), cwd=root, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT, check=False, preexec_fn=die_with_parent)
+            done = subprocess.run(command(files, workers, timeout, basetemp=Path(tmp, "basetemp")), cwd=root,
+                                  env=env, stdout=out, stderr=subprocess.STDOUT, check=False,
+                                  preexec_fn=die_with_parent)
         seconds = round(time.perf_counter() - start, 1)
         found = _read_lines(reports)
         if public:

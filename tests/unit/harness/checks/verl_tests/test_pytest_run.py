@@ -98,3 +98,31 @@ def test_the_command_runs_in_parallel_with_a_per_test_timeout_only_when_asked():
     assert argv[:3] == ["py", "-m", "pytest"] and ["-n", "4"] == argv[argv.index("-n"):argv.index("-n") + 2]
     assert "--timeout" in argv and "--continue-on-collection-errors" in argv and argv[-1] == "tests/a.py"
     assert "-n" not in pytest_run.command(["tests/a.py"], workers=1, timeout=None)
+
+
+def test_the_suites_temporary_folders_stay_in_the_run_and_other_pytest_runs_folders_are_left_alone(tmp_path):
+    """pytest keeps only the newest three numbered folders in the machine's pytest-of-<user> and removes the rest,
+    whoever made them: the suite's temporary folders live in the run's own folder instead."""
+    import getpass
+
+    files = {"tests/test_tmp_on_cpu.py": """
+        import os
+
+        def test_writes_a_temporary_file(tmp_path):
+            (tmp_path / "made").write_text(os.environ.get("TMPDIR", ""))
+            print("TMP_PATH", tmp_path)
+            assert not str(tmp_path).startswith(os.environ["TMPDIR"] + "/pytest-of-")
+        """}
+    site = fake_verl(tmp_path / "site")
+    suite = source.prepare(source.Origin("sdist", "x", fake_sdist(tmp_path / "links", files)), site / "verl",
+                           tmp_path / "suite")
+    machine_tmp = tmp_path / "machine-tmp"
+    others = machine_tmp / f"pytest-of-{getpass.getuser()}"
+    for number in range(1, 6):  # the user's own earlier pytest runs
+        (others / f"pytest-{number}" / "kept").mkdir(parents=True)
+    log = tmp_path / "log"
+    done = pytest_run.run_suite(suite, list(files), workers=1, timeout=None, log=log,
+                                environ={**os.environ, "TMPDIR": str(machine_tmp)})
+    assert done.files["tests/test_tmp_on_cpu.py"].passed == 1, log.read_text()
+    assert sorted(p.name for p in others.iterdir()) == [f"pytest-{n}" for n in range(1, 6)]
+    assert all((others / f"pytest-{n}" / "kept").is_dir() for n in range(1, 6))
