@@ -4,7 +4,8 @@ Summed over the cells the run actually ran (a cell whose file kept its start tim
 each phase a cell records in `phases` (environment, capture, imports), each check's duration by name
 (only checks run here: a result reused from another cell or kept from the directory's earlier run
 cost nothing now, and is counted instead), and the rest of each cell's time as "other" (capture and
-imports overlap, so "other" subtracts the longer of the two). The files are read as plain JSON, so a
+imports overlap, so "other" subtracts the longer of the two; an environment installed ahead of its cell is summed
+as `environment_ahead`, outside the cell's time). The files are read as plain JSON, so a
 harness that does not record phases or reuse yet is measured too (its environment and capture time then
 shows as "other"). With cells in parallel the sums exceed the wall time. Each cell run's own seconds are listed
 too, longest first. Cells whose environment could not be
@@ -20,11 +21,14 @@ from harness.results.install_verdict import is_install_class
 # Phases that run at the same time (the check server imports while the environment is captured): the
 # cell time they cover together is the longest of them, not their sum.
 CONCURRENT = ("capture", "imports")
+# Phases spent before the cell started (its environment installed ahead of it: execution/ahead.py): summed like
+# the others, but no part of the cell's own time.
+BEFORE = ("environment_ahead",)
 
 
 def _covered(recorded: dict[str, float]) -> float:
     """Cell seconds the recorded phases cover."""
-    apart = sum(v for k, v in recorded.items() if k not in CONCURRENT)
+    apart = sum(v for k, v in recorded.items() if k not in CONCURRENT and k not in BEFORE)
     return apart + max((v for k, v in recorded.items() if k in CONCURRENT), default=0.0)
 
 

@@ -22,7 +22,8 @@ FIGURES = [
         ("a warm rerun (every cell kept)", "warm_rerun.wall_s", "s"),
         ("cells whose environment this machine could not install (no check ran)", "new_way.cells_not_installed",
          ""),
-        ("defaults, summed over cells: installing environments", "new_way.phases_s.environment", "s"),
+        ("defaults, summed over cells: waiting for their environments", "new_way.phases_s.environment", "s"),
+        ("installing environments ahead of their cells", "new_way.phases_s.environment_ahead", "s"),
         ("importing in the check servers", "new_way.phases_s.imports", "s")]),
     ("four_families_in_a_cell", "the four check families in one FSDP cell, as a cell runs them", [
         ("wall time", "seconds", "s"), ("CPU time", "cpu_seconds", "s")]),

@@ -167,7 +167,8 @@ def uv_override_args(lines, path: Path) -> list[str]:
 def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
           python: str | None = None, from_index: tuple[str, ...] = (), remove: tuple[str, ...] = (),
           from_source: tuple[str, ...] = (), build_env: tuple[tuple[str, str], ...] = (),
-          overrides: tuple[str, ...] = (), uv_env: dict[str, str] | None = None) -> CellEnv:
+          overrides: tuple[str, ...] = (), uv_env: dict[str, str] | None = None,
+          seed_bytecode: bool = True) -> CellEnv:
     """Create or reuse the environment of one cell on the interpreter at path `python` (default: the
     harness's own); raise SetupFailed with the log's tail.
 
@@ -176,6 +177,7 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
     `build_env`, then distributions removed. `overrides` are the lines of uv's --override file, from the
     recipe's `exclude` (distributions left out of the pins' resolution by a never-true marker). `uv_env`: uv's
     environment instead of `uv_process_env()` (the CPU pre-flight installs with the runner's index settings).
+    `seed_bytecode=False` leaves linking the shared bytecode to the caller (a matrix run does it when the cell starts).
     """
     python = python or sys.executable
     env = CellEnv(Path(env_root) / cell_id)
@@ -210,7 +212,8 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
                 _run_logged([uv, "pip", "uninstall", "--python", str(env.python), *remove], log, uv_env)
             write_text_atomic(marker, json.dumps(wanted))
             install_import_recorder(env)
-            share_bytecode(env, "seed", env_root)
+            if seed_bytecode:
+                share_bytecode(env, "seed", env_root)
         except (SetupFailed, OSError, ValueError) as exc:
             log.flush()
             raise SetupFailed(f"{exc}: {tail(log_path)}") from exc

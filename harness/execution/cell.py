@@ -46,6 +46,7 @@ from harness.results.records import (
 from trainers.runtime import determinism
 
 from . import container_cell, module_providers, runner
+from .ahead import AHEAD_PHASE, InstallsAhead
 from .forkclient import CheckProcesses
 from .jobs import Budget, Progress, cell_cost
 from .reuse import CellReuse, ReuseIndex, context, harness_revision
@@ -74,6 +75,21 @@ class RunOptions:
     # (harness/offline/here.py); None: cellenv.build and its freeze.
     prepare: Callable[[Cell, Path], tuple[cellenv.CellEnv, str]] | None = field(default=None, repr=False,
                                                                                compare=False)
+    # Environments installed ahead of their cells (ahead.InstallsAhead, by install_environment); None: each cell
+    # installs its own when it starts.
+    installs: InstallsAhead | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass
+class Installed:
+    """A cell's environment install: the environment, or why there is none (`missing`: this runner lacks the
+    cell's interpreter; else the install verdict, None for an infra failure), with the failed tries, and the
+    seconds it took."""
+    env: cellenv.CellEnv | None
+    verdict: install_verdict.InstallVerdict | None = None
+    attempts: list[dict] = field(default_factory=list)
+    missing: str | None = None
+    seconds: float = 0.0
 
 
 def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult | None = None) -> CellResult:
@@ -87,24 +103,40 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     started, start = now(), time.perf_counter()
     result = CellResult(matrix.name, cell.id, dict(cell.axes), list(cell.tags), started=started,
                         setup_log=str(rel / "logs" / "setup.log"))
-    setup_log = opts.out_dir / result.setup_log
-    setup_log.unlink(missing_ok=True)
-    try:
-        python = interpreters.find(cell.python).path if cell.python and opts.prepare is None else None
-    except interpreters.InterpreterMissing as exc:  # this runner lacks it; one that has it runs the cell next time
-        reason = str(exc)
-        result.checks = combine_checks(wanted, kept, lambda name: CheckResult(
-            name, Status.SKIP, reason, failure_class="infra"))
-        return _finish(result, cell, opts, start)
     phase = time.perf_counter()
-    env, verdict, attempts = _install(cell, opts, python, setup_log, opts.out_dir / rel / "lock.txt")
+    ahead = opts.installs.take(cell) if opts.installs is not None else None
+    installed = ahead.result() if ahead is not None else install_environment(cell, opts)
+    if installed.missing is not None:  # this runner lacks its interpreter; one that has it runs the cell next time
+        result.checks = combine_checks(wanted, kept, lambda name: CheckResult(
+            name, Status.SKIP, installed.missing, failure_class="infra"))
+        return _finish(result, cell, opts, start)
+    env, verdict, attempts = installed.env, installed.verdict, installed.attempts
+    if env is not None and opts.prepare is None:  # at its start: it links what the cells before it compiled
+        cellenv.share_bytecode(env, "seed", opts.env_root)
     result.phases["environment"] = round(time.perf_counter() - phase, 3)
+    if ahead is not None:  # the install's own time, spent before the cell started (not in its duration)
+        result.phases[AHEAD_PHASE] = installed.seconds
     if env is None:
         result.checks = combine_checks(wanted, kept, lambda name: _not_installed(name, verdict, attempts, result, key))
     else:
         result.lock = str(rel / "lock.txt")
         _run_checks(cell, matrix, env, opts, result, wanted, kept)
     return _finish(result, cell, opts, start)
+
+
+def install_environment(cell: Cell, opts: RunOptions) -> Installed:
+    """`cell`'s environment installed (its setup log begun afresh, its lock written), or why not; the bytecode is
+    seeded by the caller, at the cell's start. Run by run_cell, or ahead of it (ahead.InstallsAhead)."""
+    rel = Path("cells") / cell.id
+    setup_log = opts.out_dir / rel / "logs" / "setup.log"
+    setup_log.unlink(missing_ok=True)
+    start = time.perf_counter()
+    try:
+        python = interpreters.find(cell.python).path if cell.python and opts.prepare is None else None
+    except interpreters.InterpreterMissing as exc:
+        return Installed(None, missing=str(exc))
+    env, verdict, attempts = _install(cell, opts, python, setup_log, opts.out_dir / rel / "lock.txt")
+    return Installed(env, verdict, attempts, seconds=round(time.perf_counter() - start, 3))
 
 
 def _install(cell: Cell, opts: RunOptions, python: str | None, setup_log: Path, lock_path: Path):
@@ -118,7 +150,7 @@ def _install(cell: Cell, opts: RunOptions, python: str | None, setup_log: Path, 
             else:
                 env = cellenv.build(cell.id, cell.requirements, opts.env_root, setup_log, python,
                                     cell.install.from_index, cell.install.remove, cell.install.from_source,
-                                    cell.install.build_env, cell.install.overrides())
+                                    cell.install.build_env, cell.install.overrides(), seed_bytecode=False)
                 lock = cellenv.freeze(env)
             write_text_atomic(lock_path, lock)
             break

