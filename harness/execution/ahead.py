@@ -2,13 +2,14 @@
 
 Installing a cell's environment is mostly waiting: uv asks the package index about every pin (its cached pages
 are revalidated), then links files. Measured on the development machine (2 cores): a plain FSDP row's install
-takes about 1 s of wall time and 0.45 s of CPU, the Megatron-Bridge row's about 10 s (6 s of it resolving), and in
-a cold CPU matrix run the cells spent 116 s of their time installing, their core mostly idle meanwhile. So one thread, beside the cells, installs
-the environments of the cells that start next, in their start order, at most `ahead` of them built and not yet
-started; a cell whose install has not begun when it starts installs its own, as before, and this thread leaves it
-alone (`take` claims it). The install is the cell's own (cell.install_environment, with its retries and its
-install verdict), into the same folder and setup log; only the bytecode seed waits for the cell's start, so that
-it links what the cells before it compiled (envs/bytecode.py).
+takes about 1 s of wall time and 0.45 s of CPU, the Megatron-Bridge row's about 10 s (6 s of it resolving), and
+in a cold CPU matrix run the cells spent 116 s of their time installing, their core mostly idle meanwhile. So one
+thread, beside the cells, installs the environments of the cells that start next, in their start order, at most
+`ahead` of them built and not yet started; a cell whose install has not begun when it starts installs its own, as
+before, and this thread leaves it alone (`take` claims it). The install is the cell's own
+(cell.install_environment, with its retries and its install verdict), into the same folder and setup log; only
+the bytecode seed waits for the cell's start, so that it links what the cells before it compiled
+(envs/bytecode.py).
 
 The thread holds no share of the run's budget (jobs.Budget): an install takes a fraction of a core, mostly while
 the index answers.
