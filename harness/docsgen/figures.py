@@ -85,7 +85,8 @@ def _number(value, unit: str) -> str:
 NOT_RECORDED = "not recorded"
 
 
-def _machine(group: dict) -> str:
+def machine_line(group: dict) -> str:
+    """A figure group's machine in one line: CPU, cores, memory and its calibration; not recorded where absent."""
     machine = group.get("machine")
     if isinstance(machine, dict):
         parts = [machine.get("cpu"), f"{machine['cores']} cores" if machine.get("cores") else None,
@@ -104,7 +105,8 @@ def _calibration(machine: dict) -> str | None:
     return "calibration: " + " / ".join(shown)
 
 
-def _stamp(group: dict, key: str) -> str:
+def stamp(group: dict, key: str) -> str:
+    """A figure group's `key` (date, harness_revision), or not recorded."""
     value = group.get(key)
     return str(value) if value else NOT_RECORDED
 
@@ -118,8 +120,8 @@ def _runs(runs: list) -> dict:
     if speedups:
         group.update(lowest=speedups[0], median=statistics.median(speedups), highest=speedups[-1])
     items = [run if isinstance(run, dict) else {} for run in runs]
-    for key, show in (("machine", _machine), ("date", lambda run: _stamp(run, "date")),
-                      ("harness_revision", lambda run: _stamp(run, "harness_revision"))):
+    for key, show in (("machine", machine_line), ("date", lambda run: stamp(run, "date")),
+                      ("harness_revision", lambda run: stamp(run, "harness_revision"))):
         group[key] = ", ".join(dict.fromkeys(show(run) for run in items)) if items else None
     return group
 
@@ -134,7 +136,7 @@ def measured_table(figures: dict | None = None) -> str:
         if not isinstance(group, dict):
             rows.append([what, "not measured", "", "", ""])
             continue
-        stamps = [_machine(group), _stamp(group, "date"), _stamp(group, "harness_revision")]
+        stamps = [machine_line(group), stamp(group, "date"), stamp(group, "harness_revision")]
         if group.get("status") in ("not run", "failed"):  # an evidence run's benchmark that did not measure
             rows.append([what, f"{group['status']}: {group.get('reason') or 'no reason recorded'}", *stamps])
             continue
@@ -155,8 +157,8 @@ def matrix_time_tables(figures: dict | None = None) -> str:
     run = group.get("new_way") if isinstance(group, dict) else None
     if not isinstance(run, dict):
         return "Not measured: `bench/figures.json` has no `matrix` group with a defaults run (`new_way`).\n"
-    stamp = (f"From the `matrix` group: {_machine(group)}, {_stamp(group, 'date')}, revision "
-             f"{_stamp(group, 'harness_revision')}; the run took {_number(run.get('wall_s'), 's')} in all.")
+    stamped = (f"From the `matrix` group: {machine_line(group)}, {stamp(group, 'date')}, revision "
+               f"{stamp(group, 'harness_revision')}; the run took {_number(run.get('wall_s'), 's')} in all.")
     cells_run = run.get("cells_run")
     rows = [[f"phase: {name}", _number(seconds, "s"), _number(cells_run, ""), ""]
             for name, seconds in (run.get("phases_s") or {}).items()]
@@ -167,4 +169,4 @@ def matrix_time_tables(figures: dict | None = None) -> str:
                     "cells that reused another cell's result"], rows)
     longest = list((run.get("cells_s") or {}).items())[:LONGEST_CELLS]
     cells = _table(["cell", "seconds"], [[f"`{cell}`", _number(seconds, "s")] for cell, seconds in longest])
-    return f"{stamp}\n\n{parts}\n\nThe {len(longest)} longest cells:\n\n{cells}"
+    return f"{stamped}\n\n{parts}\n\nThe {len(longest)} longest cells:\n\n{cells}"

@@ -54,7 +54,8 @@ def launch_plans_table(data: dict | None = None) -> str:
         rows += [[f"`{path.name}`", f"{plan.source}: {plan.name}", text, ", ".join(held)]
                  for text, held in texts.items()]
     cells = ", ".join(f"`{kept[r].get('cell')}`" for r in releases)
-    stamp = (f"From the matrix bench's cold run (`bench/figures.json`, group `matrix`): {figures._machine(group)}, "
-             f"{figures._stamp(group, 'date')}, revision {figures._stamp(group, 'harness_revision')}; one cell per "
-             f"megatron-core release, the one with the newest transformers: {cells}.")
-    return _table(["plan (`plans/`)", "from", "verdict", "megatron-core"], rows) + "\n\n" + stamp + "\n"
+    stamped = (f"From the matrix bench's cold run (`bench/figures.json`, group `matrix`): "
+               f"{figures.machine_line(group)}, {figures.stamp(group, 'date')}, revision "
+               f"{figures.stamp(group, 'harness_revision')}; one cell per megatron-core release, the one with the "
+               f"newest transformers: {cells}.")
+    return _table(["plan (`plans/`)", "from", "verdict", "megatron-core"], rows) + "\n\n" + stamped + "\n"
