@@ -50,7 +50,8 @@ class InstallsAhead:
     def take(self, cell) -> Future | None:
         """`cell`'s install begun ahead, or None: the caller installs it, and this thread never will."""
         with self._changed:
-            state = self._state.setdefault(cell.id, _CLAIMED)
+            state = self._state.get(cell.id, _CLAIMED)
+            self._state[cell.id] = _CLAIMED  # handed out once: a second start of the cell installs its own
             if state is _CLAIMED:
                 return None
             self._waiting_to_be_taken -= 1

@@ -59,6 +59,7 @@ def test_a_cell_that_starts_before_its_install_began_installs_its_own_and_is_nev
         install.release["a"].set()
         assert installs.take(SimpleNamespace(id="a")).result(10) == "env of a"
     assert install.done == ["a"]
+    assert installs.take(SimpleNamespace(id="a")) is None  # handed out once: started again, it installs its own
 
 
 def test_a_cell_taken_while_its_install_runs_waits_for_that_install():
