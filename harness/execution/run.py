@@ -99,8 +99,7 @@ def installs_ahead(cells: list[Cell], opts: RunOptions):
     installed here, not those kept whole, run in a container, or prepared on the interpreter at hand."""
     if opts.prepare is not None or opts.installs is not None:
         return nullcontext(opts.installs)
-    wanted = [cell for cell in cells if not container.wanted(cell)
-              and not _complete(previous_result(opts.out_dir, cell), cell, opts.checks, opts.redo)]
+    wanted = [cell for cell in to_run(cells, opts.out_dir, opts.checks, opts.redo) if not container.wanted(cell)]
     return InstallsAhead(wanted, lambda cell: install_environment(cell, opts), ahead=max(1, opts.jobs))
 
 
