@@ -172,6 +172,7 @@ def bench(chosen: Slice, work: Path) -> dict:
     new_flags, new_lacks = usable_flags(DEFAULT_FLAGS)
     figures: dict = {**provenance.stamp(), "matrix": chosen.matrix_file.name,
                      "cells": ids, "checks": list(chosen.checks) or "the matrix's",
+                     "whole_matrix": not (chosen.cells or chosen.tags or chosen.checks),
                      "harness_lacks": old_lacks + new_lacks, "uv_cache_warm_up_s": warm_uv_cache(cells, work / "warm"),
                      # uv told to use its cache only: where a package proxy answers the revalidation of a cached
                      # wheel with a new download, every install would fetch torch again despite the warm-up
@@ -189,6 +190,35 @@ def bench(chosen: Slice, work: Path) -> dict:
                                             2)
         figures["verdicts"] = {"old_vs_new": verdicts(work / "old", new_cold), **figures["verdicts"]}
     return figures
+
+
+HISTORY_KEY = "matrix_runs"  # figures.json: every defaults run of this bench, oldest first
+HISTORY_LIMIT = 20
+_RUN_KEYS = ("wall_s", "cells_run", "cells_not_installed", "cpu_busy_percent", "cpu_steal_percent", "exit_status")
+
+
+def run_summary(group) -> dict | None:
+    """A `matrix` group's defaults run (`new_way`) as `matrix_runs` keeps it: its stamps (date, machine with its
+    calibration, revision), what it ran and how long it took; None where the group has no timed defaults run."""
+    run = group.get("new_way") if isinstance(group, dict) else None
+    if not isinstance(run, dict) or not isinstance(run.get("wall_s"), (int, float)):
+        return None
+    cells = group.get("cells")
+    return {**{key: group.get(key) for key in (*provenance.STAMP_KEYS, "load_average_at_start", "matrix")},
+            "cells": len(cells) if isinstance(cells, list) else None, "whole_matrix": group.get("whole_matrix"),
+            **{key: run.get(key) for key in _RUN_KEYS}}
+
+
+def runs_history(earlier_runs, earlier_group, latest_group) -> list[dict]:
+    """figures.json's `matrix_runs` after a bench wrote `latest_group`: the runs kept before it, then it (at most
+    HISTORY_LIMIT, the newest). One figure alone hides how far a shared machine's speed moves from one run to the
+    next, so every run is kept, on any revision, each with its own stamps. A file from before the list starts it
+    with the group it replaces."""
+    kept = [run for run in earlier_runs if isinstance(run, dict)] if isinstance(earlier_runs, list) else []
+    if not isinstance(earlier_runs, list) and (first := run_summary(earlier_group)) is not None:
+        kept = [first]
+    latest = run_summary(latest_group)
+    return [*kept, *([latest] if latest is not None else [])][-HISTORY_LIMIT:]
 
 
 def _row(label: str, values: list) -> str:

@@ -170,3 +170,20 @@ def matrix_time_tables(figures: dict | None = None) -> str:
     longest = list((run.get("cells_s") or {}).items())[:LONGEST_CELLS]
     cells = _table(["cell", "seconds"], [[f"`{cell}`", _number(seconds, "s")] for cell, seconds in longest])
     return f"{stamped}\n\n{parts}\n\nThe {len(longest)} longest cells:\n\n{cells}"
+
+
+def matrix_runs_table(figures: dict | None = None) -> str:
+    """Every defaults run of the matrix bench that bench/figures.json keeps (`matrix_runs`), newest first, each with
+    its own machine, calibration, date and revision: the spread a shared machine's speed gives one workload."""
+    figures = load() if figures is None else figures
+    runs = [run for run in figures.get("matrix_runs") or () if isinstance(run, dict)]
+    if not runs:
+        return "Not measured: `bench/figures.json` has no `matrix_runs`.\n"
+    rows = []
+    for run in reversed(runs):
+        cells = _number(run.get("cells"), "")
+        scope = {True: "the whole matrix", False: "a slice"}.get(run.get("whole_matrix"), "not recorded")
+        rows.append([_number(run.get("wall_s"), "s"), f"{run.get('matrix') or NOT_RECORDED}: {cells} cells ({scope})",
+                     _number(run.get("cpu_busy_percent"), "%"), machine_line(run), stamp(run, "date"),
+                     stamp(run, "harness_revision")])
+    return _table(["defaults run, cold", "matrix", "CPU busy", "machine", "date", "revision"], rows)

@@ -23,6 +23,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "sessions-full": lambda: tables.sessions_table(full=True),
     "measured": figures.measured_table,
     "measured-matrix-time": figures.matrix_time_tables,
+    "measured-matrix-runs": figures.matrix_runs_table,
     "launch-plans-verdicts": plans.launch_plans_table,
     **{f"check-{name}": (lambda name=name: tables.check_doc(name)) for name in tables.CHECKS},
 }

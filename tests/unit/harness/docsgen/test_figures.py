@@ -70,3 +70,20 @@ def test_the_machine_column_shows_the_run_s_calibration_where_it_was_measured():
     assert shown == "Python 0.30 s"  # torch's part, not measured, is not shown
     data["report"]["machine"] = {"cpu": "Some CPU", "cores": 2}  # an older run: no calibration, nothing said
     assert "calibration" not in figures.measured_table(data)
+
+
+def test_every_kept_matrix_run_is_a_row_newest_first_with_its_own_machine_date_and_revision():
+    machine = {"cpu": "Some CPU", "cores": 2, "calibration": {"python_s": 0.27, "torch_s": 0.22}}
+    data = {"matrix_runs": [
+        {"wall_s": 478.7, "date": "2026-01-01", "harness_revision": "aaa", "machine": {"cpu": "Some CPU", "cores": 2},
+         "matrix": "cpu.toml", "cells": 39},
+        {"wall_s": 769.0, "date": "2026-01-02", "harness_revision": "bbb", "machine": machine, "matrix": "cpu.toml",
+         "cells": 39, "whole_matrix": True, "cpu_busy_percent": 97.2},
+        "not a run"]}
+    rows = [line for line in figures.matrix_runs_table(data).splitlines() if line.startswith("| ") and " s " in line]
+    cells = [[cell.strip() for cell in row.split("|")[1:-1]] for row in rows]
+    assert [row[0] for row in cells] == ["769.00 s", "478.70 s"]
+    assert cells[0][1:] == ["cpu.toml: 39 cells (the whole matrix)", "97.20 %",
+                            "Some CPU, 2 cores, calibration: Python 0.27 s / torch 0.22 s", "2026-01-02", "bbb"]
+    assert cells[1][1:3] == ["cpu.toml: 39 cells (not recorded)", "not measured"]
+    assert figures.matrix_runs_table({}).startswith("Not measured")
