@@ -1,5 +1,7 @@
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,21 @@ from harness.execution.cell import FORK_SAFETY  # noqa: E402
 # gives check processes so that they can fork ranks (pyarrow's allocator thread kept off), set before any import.
 for _name, _value in FORK_SAFETY.items():
     os.environ.setdefault(_name, _value)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_temporary_folder(tmp_path_factory) -> Path:
+    """What the code under test leaves in the temporary folder (a check's default work folder, torchrun's log
+    folders, verl's lock files), made inside this session's own folder, removed at the session's end, not left in the
+    machine's. pytest's tmp_path folders stay where pytest keeps them (asked for first). The folder is short and beside
+    the machine's: Unix socket paths made in it (vLLM's, Ray's) must stay under 108 bytes."""
+    tmp_path_factory.getbasetemp()
+    folder = tempfile.mkdtemp(prefix="qh-")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", folder)
+        patch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+        yield Path(folder)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
