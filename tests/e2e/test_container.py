@@ -268,7 +268,17 @@ def engine():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        _unmount_under(run)
         shutil.rmtree(run, ignore_errors=True)
+
+
+def _unmount_under(folder: Path) -> None:
+    """Unmount what the daemon left mounted in `folder` (its default network namespace, bound at exec/netns/default,
+    outlives it): otherwise the folder cannot be removed and every run leaves one mount and one folder behind."""
+    prefix = str(folder.resolve()) + "/"
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines() if len(line.split()) > 1]
+    for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):  # deepest first
+        subprocess.run(["umount", point], capture_output=True, check=False)
 
 
 def _import(engine: Engine, ref: str, src) -> None:
