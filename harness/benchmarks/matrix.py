@@ -214,9 +214,10 @@ def runs_history(earlier_runs, earlier_group, latest_group) -> list[dict]:
     HISTORY_LIMIT, the newest). One figure alone hides how far a shared machine's speed moves from one run to the
     next, so every run is kept, on any revision, each with its own stamps. A file from before the list starts it
     with the group it replaces."""
-    kept = [run for run in earlier_runs if isinstance(run, dict)] if isinstance(earlier_runs, list) else []
-    if not isinstance(earlier_runs, list) and (first := run_summary(earlier_group)) is not None:
-        kept = [first]
+    if isinstance(earlier_runs, list):
+        kept = [run for run in earlier_runs if isinstance(run, dict)]
+    else:  # a file from before the list
+        kept = [first] if (first := run_summary(earlier_group)) is not None else []
     latest = run_summary(latest_group)
     return [*kept, *([latest] if latest is not None else [])][-HISTORY_LIMIT:]
 

@@ -260,15 +260,15 @@ def _measure(args: argparse.Namespace) -> int:
             figures["matrix"] = matrix_bench.run_slice(matrix_slice, args.matrix_work)
         shutil.rmtree(work / "uv-cache-cold", ignore_errors=True)
     figures = {key: provenance.stamped(group, run) for key, group in figures.items()}
+    earlier = figures_file(args.out)  # what this run's groups join or replace, read once
     if isinstance(figures.get("grpo_vs_trl", {}).get("summary"), dict):
-        figures["grpo_vs_trl_repeats"] = runs_of_one_revision(figures_file(args.out).get("grpo_vs_trl_repeats"),
+        figures["grpo_vs_trl_repeats"] = runs_of_one_revision(earlier.get("grpo_vs_trl_repeats"),
                                                               figures["grpo_vs_trl"])
     if "matrix" in figures:
-        earlier = figures_file(args.out)
         figures[matrix_bench.HISTORY_KEY] = matrix_bench.runs_history(earlier.get(matrix_bench.HISTORY_KEY),
                                                                       earlier.get("matrix"), figures["matrix"])
     print(json.dumps(figures, indent=1))
-    write_json_atomic(args.out, {**figures_file(args.out), **figures})
+    write_json_atomic(args.out, {**earlier, **figures})
     return 0
 
 
