@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -120,7 +121,9 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
         result.checks = combine_checks(wanted, kept, lambda name: _not_installed(name, verdict, attempts, result, key))
     else:
         result.lock = str(rel / "lock.txt")
-        _run_checks(cell, matrix, env, opts, result, wanted, kept)
+        with _temporary_folder() as temporary:  # a TMPDIR the user set for the run wins
+            _run_checks(cell, matrix, env, replace(opts, extra_env={"TMPDIR": temporary, **opts.extra_env}),
+                        result, wanted, kept)
     return _finish(result, cell, opts, start)
 
 
@@ -239,6 +242,14 @@ def _run_checks(cell: Cell, matrix: Matrix, env: cellenv.CellEnv, opts: RunOptio
         cellenv.share_bytecode(env, "keep", opts.env_root)
 
 
+def _temporary_folder():
+    """The temporary folder of a cell's checks (their TMPDIR), removed at the cell's end: what the stack leaves in
+    one (verl's `ckpt_*.lock` files, torchrun's `torchelastic_*` folders, wandb's, pytest's) leaves with the cell,
+    not in the machine's, and no cell sees another's. Short, under the runner's own: vLLM and Ray put Unix
+    sockets in it, whose paths may not pass 107 bytes."""
+    return tempfile.TemporaryDirectory(prefix="qh-cell-", ignore_cleanup_errors=True)
+
+
 def _cell_reuse(cell: Cell, env: cellenv.CellEnv, opts: RunOptions, capture: dict) -> CellReuse | None:
     """Reuse across cells for this cell (None with --no-reuse): its lock, modules and check contexts (read
     from `capture`, the environment capture, when a check asks)."""
@@ -331,8 +342,9 @@ FORK_SAFETY = {"JE_ARROW_MALLOC_CONF": "background_thread:false"}
 
 def check_environment(cell: Cell, opts: RunOptions) -> dict[str, str]:
     """Variables for a check process: the device, its determinism settings (set before the device runtime
-    starts) and FORK_SAFETY's; a value the user exported wins."""
-    settings = {k: v for k, v in {**determinism.environment(cell.axes["device"]), **FORK_SAFETY}.items()
+    starts), FORK_SAFETY's and the caches kept beside the environments; a value the user exported wins."""
+    settings = {k: v for k, v in {**determinism.environment(cell.axes["device"]), **FORK_SAFETY,
+                                  **_inductor_cache(opts.env_root)}.items()
                 if k not in os.environ}
     return {**settings, **_vllm_cache(cell, opts.env_root), **_bridge_support_cache(cell, opts.env_root),
             **_test_tools(cell, opts.env_root), **_held_cores(cell, opts.budget), **opts.extra_env,
@@ -369,6 +381,17 @@ def _test_tools(cell: Cell, env_root: Path) -> dict[str, str]:
     except EnvironmentMissing:
         uv = {}
     return {**pipconfig.uv_environment(), **uv, VERL_TESTS_CACHE: str((env_root / ".verl-tests").resolve())}
+
+
+INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def _inductor_cache(env_root: Path) -> dict[str, str]:
+    """torch.compile's cache (verl's FSDP engine compiles its entropy function), one for every cell, beside the
+    environments: torch keys its entries by its version and the code, so cells of one torch share their kernels,
+    and the cache is as warm as the environments. Its default lies in the temporary folder, which is each cell's
+    own (_temporary_folder)."""
+    return {INDUCTOR_CACHE: str((env_root / ".torchinductor").resolve())}
 
 
 def _vllm_cache(cell: Cell, env_root: Path) -> dict[str, str]:

@@ -38,11 +38,11 @@ UNKNOWN_SHAPE = frozenset({"torch", "transformers"})
 SETTING_PREFIXES = ("HARNESS_", "TORCH", "PYTORCH_", "CUDA", "CUBLAS", "NCCL", "GLOO", "NVIDIA_", "OMP_", "MKL",
                     "OPENBLAS", "KMP_", "VLLM_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "TRITON", "PYTHON", "LD_",
                     "ASCEND", "HCCL", "NPU_", "MASTER_", "WORLD_SIZE", "RANK", "LOCAL_RANK")
-# Where records and caches are kept decides no outcome (the harness picks the vLLM and bridge-support cache
-# folders by env root), nor which uv binary installs a check's test tools (what it installed is among the
+# Where records and caches are kept decides no outcome (the harness picks the vLLM, bridge-support and torch.compile
+# cache folders by env root), nor which uv binary installs a check's test tools (what it installed is among the
 # modules the check loaded).
 NOT_SETTINGS = frozenset({VARIABLE, "VLLM_CACHE_ROOT", "HARNESS_VERL_TESTS_CACHE", "HARNESS_UV",
-                          "HARNESS_BRIDGE_SUPPORT_CACHE"})
+                          "HARNESS_BRIDGE_SUPPORT_CACHE", "TORCHINDUCTOR_CACHE_DIR"})
 SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE", re.I)
 REUSABLE = frozenset({Status.PASS, Status.FAIL, Status.AFFECTED, Status.SKIP})
 # From the cell's environment capture: the first four must be there; the machine's processor and devices
