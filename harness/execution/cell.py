@@ -384,14 +384,19 @@ def _test_tools(cell: Cell, env_root: Path) -> dict[str, str]:
 
 
 INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
+# No precompiled header for torch.compile's C++ kernels on CPU. Inductor builds one (155 MB, about 5 s on a core)
+# in the temporary folder for each environment, as its key holds the environment's include paths, before it looks
+# a kernel up, for the one or two kernels a check compiles (vLLM 0.32's sampler compiles its log-prob gather even
+# with enforce_eager): measured on a vLLM 0.32 cell, grpo-convergence 20.1 -> 12.8 s and vllm-rollout 24.5 -> 20.1
+# s. The header only saves parsing; the kernels' code and flags are the same.
+PRECOMPILED_HEADERS = "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"
 
 
 def _inductor_cache(env_root: Path) -> dict[str, str]:
-    """torch.compile's cache (verl's FSDP engine compiles its entropy function), one for every cell, beside the
-    environments: torch keys its entries by its version and the code, so cells of one torch share their kernels,
-    and the cache is as warm as the environments. Its default lies in the temporary folder, which is each cell's
-    own (_temporary_folder)."""
-    return {INDUCTOR_CACHE: str((env_root / ".torchinductor").resolve())}
+    """torch.compile's cache (vLLM's sampler and verl's FSDP engine compile with it), one for every cell, beside
+    the environments, as warm as they are: its default lies in the temporary folder, which is each cell's own
+    (_temporary_folder). Without precompiled headers (PRECOMPILED_HEADERS)."""
+    return {INDUCTOR_CACHE: str((env_root / ".torchinductor").resolve()), PRECOMPILED_HEADERS: "0"}
 
 
 def _vllm_cache(cell: Cell, env_root: Path) -> dict[str, str]:

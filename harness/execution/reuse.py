@@ -39,10 +39,11 @@ SETTING_PREFIXES = ("HARNESS_", "TORCH", "PYTORCH_", "CUDA", "CUBLAS", "NCCL", "
                     "OPENBLAS", "KMP_", "VLLM_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "TRITON", "PYTHON", "LD_",
                     "ASCEND", "HCCL", "NPU_", "MASTER_", "WORLD_SIZE", "RANK", "LOCAL_RANK")
 # Where records and caches are kept decides no outcome (the harness picks the vLLM, bridge-support and torch.compile
-# cache folders by env root), nor which uv binary installs a check's test tools (what it installed is among the
-# modules the check loaded).
+# cache folders by env root), nor whether torch.compile parses its C++ headers once ahead, nor which uv binary
+# installs a check's test tools (what it installed is among the modules the check loaded).
 NOT_SETTINGS = frozenset({VARIABLE, "VLLM_CACHE_ROOT", "HARNESS_VERL_TESTS_CACHE", "HARNESS_UV",
-                          "HARNESS_BRIDGE_SUPPORT_CACHE", "TORCHINDUCTOR_CACHE_DIR"})
+                          "HARNESS_BRIDGE_SUPPORT_CACHE", "TORCHINDUCTOR_CACHE_DIR",
+                          "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"})
 SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE", re.I)
 REUSABLE = frozenset({Status.PASS, Status.FAIL, Status.AFFECTED, Status.SKIP})
 # From the cell's environment capture: the first four must be there; the machine's processor and devices

@@ -16,7 +16,16 @@ from pathlib import Path
 import pytest
 
 from harness import matrix as matrices
-from harness.execution.cell import FORK_SAFETY, INDUCTOR_CACHE, RunOptions, check_environment, run_cell
+from harness.execution.cell import (
+    FORK_SAFETY,
+    INDUCTOR_CACHE,
+    PRECOMPILED_HEADERS,
+    RunOptions,
+    check_environment,
+    run_cell,
+)
+
+COMPILE = (INDUCTOR_CACHE, PRECOMPILED_HEADERS)
 from harness.matrix import Cell
 from harness.results.records import Status
 
@@ -86,10 +95,10 @@ def test_verl_rows_checks_get_the_harness_uv_its_forwarded_pip_settings_and_a_te
     assert env["UV_FIND_LINKS"] == wheels  # uv ignores pip's settings: the verl-tests overlay needs them
     assert env["HARNESS_VERL_TESTS_CACHE"] == str(tmp_path / "envs" / ".verl-tests")
     assert env["HARNESS_UV"].endswith("uv")
-    for name in (*FORK_SAFETY, INDUCTOR_CACHE):  # the tests' conftest exports FORK_SAFETY's, as the harness does
+    for name in (*FORK_SAFETY, *COMPILE):  # the tests' conftest exports FORK_SAFETY's, as the harness does
         monkeypatch.delenv(name, raising=False)
     # no verl: nothing of it
-    assert set(check_environment(_cell(), opts)) == {"HARNESS_DEVICE", INDUCTOR_CACHE, *FORK_SAFETY}
+    assert set(check_environment(_cell(), opts)) == {"HARNESS_DEVICE", *COMPILE, *FORK_SAFETY}
 
 
 def test_a_cell_that_ran_no_check_still_records_its_install_order(tmp_path):
@@ -137,9 +146,9 @@ def test_each_check_process_gets_its_devices_settings(monkeypatch, tmp_path):
     assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8" and env["HARNESS_DEVICE"] == "cuda"
     assert "NCCL_ALGO" not in env  # exported: the check inherits the user's value unchanged
     cell = Cell("m", "c", {"device": "cpu", "backend": "fsdp", "model": "text"}, (), ())
-    for name in (*FORK_SAFETY, INDUCTOR_CACHE):  # FORK_SAFETY's exported by the tests' conftest; a user's value
+    for name in (*FORK_SAFETY, *COMPILE):  # FORK_SAFETY's exported by the tests' conftest; a user's value
         monkeypatch.delenv(name, raising=False)  # would win the same way
-    assert set(check_environment(cell, opts)) == {"HARNESS_DEVICE", INDUCTOR_CACHE, *FORK_SAFETY}
+    assert set(check_environment(cell, opts)) == {"HARNESS_DEVICE", *COMPILE, *FORK_SAFETY}
 
 
 def _known(verdict):

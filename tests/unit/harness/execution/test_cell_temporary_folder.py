@@ -1,6 +1,6 @@
 """Each cell's checks get a temporary folder of the cell's own, removed at the cell's end, so that what the stack
 leaves there (verl's `ckpt_*.lock` files, torchrun's `torchelastic_*` folders) does not pile up in the machine's;
-torch.compile's cache stays one for every cell, beside the environments."""
+torch.compile's cache stays one for every cell, beside the environments, and builds no precompiled header."""
 from __future__ import annotations
 
 import json
@@ -37,7 +37,8 @@ def probed(tmp_path, monkeypatch):
     monkeypatch.setitem(checks.CHECKS, "temp-probe", CheckSpec("temp-probe", "temp_probe", "probe"))
     monkeypatch.setenv("HARNESS_EXTRA_CHECKS", "temp-probe=temp_probe")
     monkeypatch.setenv("PYTHONPATH", str(RESOURCES))
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"):
+        monkeypatch.delenv(name, raising=False)
     # The probe imports no torch: the server preloads the check entry alone; its check is still forked from it.
     init = forkclient.CheckProcesses.__init__
     monkeypatch.setattr(forkclient.CheckProcesses, "__init__",
@@ -78,17 +79,21 @@ def test_each_cell_s_checks_write_to_a_folder_of_the_cell_s_own_removed_at_its_e
     assert not list(runner_tmp.glob("left-behind-*"))
     # torch.compile's kernels are still shared between cells, beside the environments
     assert {f["inductor"] for f in found} == {str((tmp_path / "envs" / ".torchinductor").resolve())}
-    assert "TORCHINDUCTOR_CACHE_DIR" in NOT_SETTINGS and not settings({"TMPDIR": "/x"})  # neither stops reuse
+    # and built without a precompiled header per environment (155 MB in the temporary folder, for a kernel or two)
+    assert {f["headers"] for f in found} == {"0"}
+    assert {"TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"} <= NOT_SETTINGS  # no reuse stops
+    assert not settings({"TMPDIR": "/x"})
 
 
-def test_a_temporary_folder_or_compile_cache_the_user_chose_wins(probed, tmp_path, monkeypatch):
+def test_a_temporary_folder_or_compile_setting_the_user_chose_wins(probed, tmp_path, monkeypatch):
     m, seen = probed
     mine = tmp_path / "mine"
     mine.mkdir()
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setenv("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", "1")
     opts = RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", prepare=_here, reuse=False,
                       extra_env={"TMPDIR": str(mine)})
     found = _run(m, seen, opts)
     assert {f["tempdir"] for f in found} == {str(mine)}
-    assert {f["inductor"] for f in found} == {str(tmp_path / "kernels")}
+    assert {(f["inductor"], f["headers"]) for f in found} == {(str(tmp_path / "kernels"), "1")}
     assert len(list(mine.glob("left-behind-*"))) == 2  # the user's folder is the user's to clear
