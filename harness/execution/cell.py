@@ -393,7 +393,7 @@ PRECOMPILED_HEADERS = "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"
 
 
 def _inductor_cache(env_root: Path) -> dict[str, str]:
-    """torch.compile's cache (vLLM's sampler and verl's FSDP engine compile with it), one for every cell, beside
+    """torch.compile's cache (vLLM 0.32's sampler compiles with it; verl's engines can), one for every cell, beside
     the environments, as warm as they are: its default lies in the temporary folder, which is each cell's own
     (_temporary_folder). Without precompiled headers (PRECOMPILED_HEADERS)."""
     return {INDUCTOR_CACHE: str((env_root / ".torchinductor").resolve()), PRECOMPILED_HEADERS: "0"}
