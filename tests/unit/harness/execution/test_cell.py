@@ -24,11 +24,10 @@ from harness.execution.cell import (
     check_environment,
     run_cell,
 )
-
-COMPILE = (INDUCTOR_CACHE, PRECOMPILED_HEADERS)
 from harness.matrix import Cell
 from harness.results.records import Status
 
+COMPILE = (INDUCTOR_CACHE, PRECOMPILED_HEADERS)  # torch.compile's settings, which every check process gets
 ROOT = Path(__file__).resolve().parents[4]
 
 
@@ -97,8 +96,7 @@ def test_verl_rows_checks_get_the_harness_uv_its_forwarded_pip_settings_and_a_te
     assert env["HARNESS_UV"].endswith("uv")
     for name in (*FORK_SAFETY, *COMPILE):  # the tests' conftest exports FORK_SAFETY's, as the harness does
         monkeypatch.delenv(name, raising=False)
-    # no verl: nothing of it
-    assert set(check_environment(_cell(), opts)) == {"HARNESS_DEVICE", *COMPILE, *FORK_SAFETY}
+    assert set(check_environment(_cell(), opts)) == {"HARNESS_DEVICE", *COMPILE, *FORK_SAFETY}  # no verl's
 
 
 def test_a_cell_that_ran_no_check_still_records_its_install_order(tmp_path):
