@@ -344,7 +344,7 @@ def check_environment(cell: Cell, opts: RunOptions) -> dict[str, str]:
     """Variables for a check process: the device, its determinism settings (set before the device runtime
     starts), FORK_SAFETY's and the caches kept beside the environments; a value the user exported wins."""
     settings = {k: v for k, v in {**determinism.environment(cell.axes["device"]), **FORK_SAFETY,
-                                  **_inductor_cache(opts.env_root)}.items()
+                                  **_compile_settings(opts.env_root)}.items()
                 if k not in os.environ}
     return {**settings, **_vllm_cache(cell, opts.env_root), **_bridge_support_cache(cell, opts.env_root),
             **_test_tools(cell, opts.env_root), **_held_cores(cell, opts.budget), **opts.extra_env,
@@ -392,10 +392,10 @@ INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
 PRECOMPILED_HEADERS = "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"
 
 
-def _inductor_cache(env_root: Path) -> dict[str, str]:
-    """torch.compile's cache (vLLM 0.32's sampler compiles with it; verl's engines can), one for every cell, beside
-    the environments, as warm as they are: its default lies in the temporary folder, which is each cell's own
-    (_temporary_folder). Without precompiled headers (PRECOMPILED_HEADERS)."""
+def _compile_settings(env_root: Path) -> dict[str, str]:
+    """torch.compile's settings: its cache (vLLM 0.32's sampler compiles with it; verl's engines can), one for every
+    cell, beside the environments, as warm as they are (its default lies in the temporary folder, which is each cell's
+    own: _temporary_folder), and no precompiled headers (PRECOMPILED_HEADERS)."""
     return {INDUCTOR_CACHE: str((env_root / ".torchinductor").resolve()), PRECOMPILED_HEADERS: "0"}
 
 
