@@ -35,7 +35,7 @@ class Tool:
 
 @dataclass(frozen=True)
 class Selection:
-    source: str  # the file it was read from
+    source: str  # the file it was read from (the shipped one relative to the project)
     include: tuple[str, ...]
     leave_out: tuple[LeftOut, ...]
     timeout: float | None  # per test, seconds (pytest-timeout); None (`timeout = 0`, or none given): no timeout
@@ -94,7 +94,9 @@ def selection(environ: dict[str, str] | None = None) -> Selection:
     if not include:
         raise SelectionError(f"{path}: `include` names no pattern: nothing would run")
     left = tuple(LeftOut(p, r) for p, r in _table_list(data, "leave_out", ("path", "reason"), path))
-    return Selection(str(path), include, left, float(timeout) if timeout else None)
+    # The shipped file by its place in the project, so that a result names no folder of the runner it ran on.
+    source = SUITE.relative_to(SUITE.parents[3]).as_posix() if path == SUITE else str(path)
+    return Selection(source, include, left, float(timeout) if timeout else None)
 
 
 def tools() -> list[Tool]:

@@ -19,6 +19,12 @@ def test_the_shipped_selection_runs_the_cpu_tests_and_says_why_it_leaves_single_
     assert chosen.timeout == 300
 
 
+def test_the_shipped_selection_is_named_by_its_place_in_the_project_not_the_runners_folder():
+    source = selection.selection({}).source
+    assert source == "harness/checks/verl_tests/suite.toml"
+    assert (selection.SUITE.parents[3] / source).resolve() == selection.SUITE.resolve()
+
+
 def test_every_tool_says_why_the_suite_needs_it():
     tools = {t.requirement: t.reason for t in selection.tools()}
     assert {"pytest", "pytest-xdist", "pytest-timeout", "torchdata", "TransferQueue>=0.1.10", "orjson"} <= set(tools)
