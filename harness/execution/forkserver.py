@@ -28,6 +28,7 @@ Runner -> server: {"check", "args", "log", "result", "memory_limit_mb", "preload
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import json
@@ -36,6 +37,7 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 from harness.envs.cellenv import die_with_parent
@@ -84,6 +86,25 @@ def preload(modules=PRELOAD) -> list[str]:
             importlib.import_module(module)
             loaded.append(module)
     return loaded
+
+
+@contextmanager
+def heap_frozen_after():
+    """The collector paused while the block runs, and everything alive after it frozen (gc.freeze) before the
+    collector resumes. The preload's imports allocate some 350,000 tracked objects, and the collections that
+    allocation triggers walked the growing heap again and again: about a third of the preload's CPU time on one
+    core (measured: 8.3-12.8 s with the collector, 5.8-6.9 s without). Frozen, the preloaded heap is also never
+    walked by a forked check's collections, which then touch only what the check allocates. Outcomes do not
+    change: a frozen object is only never collected; the few reference cycles the imports left behind stay, as
+    memory that every fork shares."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def fork_hazards() -> list[str]:
@@ -230,7 +251,8 @@ def _start_tier(modules: tuple[str, ...], inherited: tuple[int, ...]) -> tuple[_
 def serve(requests, replies: int, modules=PRELOAD) -> int:
     start = time.perf_counter()
     try:
-        loaded = preload(modules)
+        with heap_frozen_after():
+            loaded = preload(modules)
     except BaseException as exc:  # noqa: BLE001 - any failed import: the cell runs fresh interpreters
         _send(replies, {"ready": False, "reason": f"import failed: {type(exc).__name__}: {exc}"[:1000]})
         return 1

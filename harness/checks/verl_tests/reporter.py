@@ -2,17 +2,40 @@
 one JSON line, written as it comes, so a run cut short still leaves what it did; and, from each process at its
 end, the file `import verl` loaded (the check holds that to the installed release) and the modules it holds.
 
+The collector is paused while pytest collects the suite (its imports: verl, torch, transformers), and what is alive
+then is frozen before the tests run (gc.freeze), as the check server does with its preload: the collections that the
+imports' allocation triggered, and then every collection during the tests, walked that whole heap. Measured in a verl
+0.9.1 row on one core: 24-38 s of CPU for the check without this, 13-15 s with it, every verdict and count the same.
+A test sees the collector as it would in a plain run, enabled, with its thresholds; only what import time left alive is
+never collected, and gc.get_objects() does not list it.
+
 Standalone on purpose: it is copied next to the suite and imports only the standard library (pytest calls it).
 Under pytest-xdist the workers' reports reach the controller, which alone writes them.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
 
 VARIABLE = "HARNESS_VERL_TESTS_REPORTS"
 TEXT_LIMIT = 4000
+
+
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    """Before pytest imports the suite's first conftest (a `-p` plugin gets this call; importing this module does
+    nothing: the harness imports it too)."""
+    gc.disable()
+
+
+def pytest_collection_finish(session) -> None:
+    gc.freeze()
+    gc.enable()
+
+
+def pytest_unconfigure(config) -> None:  # a run that ended before its collection did (a usage error)
+    gc.enable()
 
 
 def _write(record: dict) -> None:

@@ -2,6 +2,7 @@
 
 Registered through HARNESS_EXTRA_CHECKS; the behaviour is chosen by the check's name.
 """
+import gc
 import os
 import signal
 import subprocess
@@ -96,6 +97,11 @@ def run(options):
         return CheckResult("misbehave", Status.PASS, "tier", metrics={
             "imported": "tier_import" in sys.modules, "variable": os.environ.get("TIER_IMPORTED"),
             "parent": os.getppid(), "grandparent": _parent_of(os.getppid()), "runner": _runner_pid()})
+    if mode == "collector":  # the garbage collector as this check finds it, and as it was during a tier's import
+        tier = sys.modules.get("tier_import")
+        return CheckResult("misbehave", Status.PASS, "collector", metrics={
+            "enabled": gc.isenabled(), "frozen": gc.get_freeze_count(), "thresholds": list(gc.get_threshold()),
+            "tier_import_collecting": getattr(tier, "COLLECTING_AT_IMPORT", None)})
     if mode == "entry":  # how this check's process started: its entry point, and whether the top-level CLI is loaded
         return CheckResult("misbehave", Status.PASS, "entry", metrics={
             "argv0": sys.argv[0], "cli": "harness.cli" in sys.modules})

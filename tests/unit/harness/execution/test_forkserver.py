@@ -303,3 +303,26 @@ def test_a_deferred_server_starts_at_the_first_check_it_must_run(tmp_path, proje
     finally:
         processes.close()
     assert "check server ready: imported json" in (tmp_path / "setup.log").read_text()
+
+
+def test_a_forked_check_finds_the_collector_running_and_the_preloaded_heap_frozen(tmp_path, project_env):
+    """The server (and a tier) imports with the collector paused, then freezes what it holds: a forked check's
+    collections walk only what the check allocates. The check itself sees the collector as a fresh interpreter
+    does: enabled, with Python's thresholds."""
+    env = _env(project_env, "collector", tmp_path)
+    processes = CheckProcesses(sys.executable, env, tmp_path / "setup.log", preload=LIGHT)
+    try:
+        processes.ready()
+        assert processes.server is not None, (tmp_path / "setup.log").read_text()
+        plain, tiered = (processes.run("misbehave", [], tmp_path / "logs" / f"{n}.log", 60, preload=tier)
+                         for n, tier in (("plain", ()), ("tiered", ("tier_import",))))
+    finally:
+        processes.close()
+    fresh = _fresh(tmp_path, env)
+    assert {r.status for r in (plain, tiered, fresh)} == {Status.PASS}
+    assert fresh.metrics["frozen"] == 0 and fresh.metrics["enabled"]
+    assert plain.metrics["enabled"] and tiered.metrics["enabled"]
+    assert plain.metrics["thresholds"] == tiered.metrics["thresholds"] == fresh.metrics["thresholds"]
+    assert plain.metrics["frozen"] > 1000  # the server's preload: json and the check entry point's modules
+    assert tiered.metrics["frozen"] > plain.metrics["frozen"]  # and the tier's own imports on top
+    assert tiered.metrics["tier_import_collecting"] is False

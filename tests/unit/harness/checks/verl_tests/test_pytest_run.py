@@ -126,3 +126,33 @@ def test_the_suites_temporary_folders_stay_in_the_run_and_other_pytest_runs_fold
     assert done.files["tests/test_tmp_on_cpu.py"].passed == 1, log.read_text()
     assert sorted(p.name for p in others.iterdir()) == [f"pytest-{n}" for n in range(1, 6)]
     assert all((others / f"pytest-{n}" / "kept").is_dir() for n in range(1, 6))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_suite_is_collected_with_the_collector_paused_and_runs_with_it_running(tmp_path, workers):
+    """What collection imports is frozen, not walked by every later collection; the tests see the collector as in a
+    plain run (enabled, Python's thresholds), in one process and in each xdist worker."""
+    files = {"tests/conftest.py": """
+        import gc
+
+        COLLECTING_AT_IMPORT = gc.isenabled()
+        """, **{f"tests/test_collector_{n}_on_cpu.py": """
+        import gc
+
+        from conftest import COLLECTING_AT_IMPORT
+
+        def test_the_collector_runs_over_what_the_test_makes():
+            assert COLLECTING_AT_IMPORT is False
+            assert gc.isenabled() and gc.get_threshold() == (700, 10, 10)
+            assert gc.get_freeze_count() > 0
+            cycle = []
+            cycle.append(cycle)
+            assert gc.is_tracked(cycle) and gc.collect() >= 0
+        """ for n in (1, 2)}}
+    site = fake_verl(tmp_path / "site")
+    suite = source.prepare(source.Origin("sdist", "x", fake_sdist(tmp_path / "links", files)), site / "verl",
+                           tmp_path / "suite")
+    log = tmp_path / "log"
+    done = pytest_run.run_suite(suite, [f for f in files if "test_collector" in f], workers=workers, timeout=None,
+                                log=log)
+    assert [done.files[f].passed for f in files if "test_collector" in f] == [1, 1], log.read_text()
