@@ -153,8 +153,8 @@ def command(files: list[str], workers: int, timeout: float | None, python: str |
             "--continue-on-collection-errors", "-o", "console_output_style=classic"]
     if basetemp is not None:
         argv += ["--basetemp", str(basetemp)]
-    if workers > 1:
-        argv += ["-n", str(workers)]
+    if workers > 1:  # a file's tests in one worker, in order, as verl's serial CI runs them (reporter.py: own folder)
+        argv += ["-n", str(workers), "--dist", "loadfile"]
     if timeout is not None:
         argv += ["--timeout", str(int(timeout))]
     return [*argv, *files]

@@ -9,6 +9,11 @@ imports' allocation triggered, and then every collection during the tests, walke
 A test sees the collector as it would in a plain run, enabled, with its thresholds; only what import time left alive is
 never collected, and gc.get_objects() does not list it.
 
+Under pytest-xdist each worker runs from a folder of its own, which mirrors the suite's folder with links: verl's CI
+runs these tests one at a time, and some write fixed names into the working folder (tests/test_protocol_on_cpu.py and
+tests/test_protocol_v2_on_cpu.py both save and load `test_data.pt`), so two workers sharing one folder failed each
+other's tests, a failure that is not verl's. (The check also keeps a file's tests in one worker, in order.)
+
 Standalone on purpose: it is copied next to the suite and imports only the standard library (pytest calls it).
 Under pytest-xdist the workers' reports reach the controller, which alone writes them.
 """
@@ -21,12 +26,29 @@ import sys
 
 VARIABLE = "HARNESS_VERL_TESTS_REPORTS"
 TEXT_LIMIT = 4000
+WORKERS_FOLDER = ".xdist-workers"  # in the suite's folder: one working folder per worker
 
 
 def pytest_load_initial_conftests(early_config, parser, args) -> None:
     """Before pytest imports the suite's first conftest (a `-p` plugin gets this call; importing this module does
     nothing: the harness imports it too)."""
     gc.disable()
+
+
+def pytest_configure(config) -> None:
+    """In an xdist worker, before it collects: into its own working folder (see above). Collection is unaffected:
+    pytest resolves the command line's paths against the folder it was started in."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    root = os.getcwd()
+    own = os.path.join(root, WORKERS_FOLDER, worker)
+    os.makedirs(own, exist_ok=True)
+    for name in os.listdir(root):
+        link = os.path.join(own, name)
+        if name != WORKERS_FOLDER and not os.path.lexists(link):
+            os.symlink(os.path.join(root, name), link)
+    os.chdir(own)
 
 
 def pytest_collection_finish(session) -> None:

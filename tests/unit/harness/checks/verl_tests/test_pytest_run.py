@@ -95,7 +95,8 @@ def test_outcomes_count_setup_errors_reruns_and_xfails_as_pytest_means_them():
 
 def test_the_command_runs_in_parallel_with_a_per_test_timeout_only_when_asked():
     argv = pytest_run.command(["tests/a.py"], workers=4, timeout=300, python="py")
-    assert argv[:3] == ["py", "-m", "pytest"] and ["-n", "4"] == argv[argv.index("-n"):argv.index("-n") + 2]
+    at = argv.index("-n")
+    assert argv[:3] == ["py", "-m", "pytest"] and argv[at:at + 4] == ["-n", "4", "--dist", "loadfile"]
     assert "--timeout" in argv and "--continue-on-collection-errors" in argv and argv[-1] == "tests/a.py"
     assert "-n" not in pytest_run.command(["tests/a.py"], workers=1, timeout=None)
 
@@ -156,3 +157,45 @@ def test_the_suite_is_collected_with_the_collector_paused_and_runs_with_it_runni
     done = pytest_run.run_suite(suite, [f for f in files if "test_collector" in f], workers=workers, timeout=None,
                                 log=log)
     assert [done.files[f].passed for f in files if "test_collector" in f] == [1, 1], log.read_text()
+
+
+def test_two_workers_writing_one_name_into_the_working_folder_do_not_see_each_others_file(tmp_path):
+    """verl's tests/test_protocol_on_cpu.py and tests/test_protocol_v2_on_cpu.py both save and load `test_data.pt`
+    in the working folder, and verl runs them one at a time: in two workers at once, one read the other's file and
+    failed. Here b overwrites the name between a's write and a's read; each worker must read its own."""
+    body = """
+        import os
+        import time
+        from pathlib import Path
+
+        SYNC = Path(os.environ["SYNC_DIR"])
+
+
+        def _wait_for(name):
+            deadline = time.time() + 30
+            while not (SYNC / name).exists() and time.time() < deadline:
+                time.sleep(0.02)
+            assert (SYNC / name).exists(), f"{name} never came: the two files did not run at the same time"
+
+
+        def test_writes_then_reads_its_own_file():
+            if ME == "b":
+                _wait_for("a-wrote")
+            Path("test_data.pt").write_text(ME)
+            (SYNC / f"{ME}-wrote").touch()
+            if ME == "a":
+                _wait_for("b-wrote")
+            assert Path("test_data.pt").read_text() == ME
+            (SYNC / f"{ME}-read").touch()
+            _wait_for("b-read" if ME == "a" else "a-read")
+        """
+    files = {f"tests/test_{me}_on_cpu.py": f"ME = {me!r}\n" + textwrap.dedent(body) for me in "ab"}
+    site = fake_verl(tmp_path / "site")
+    suite = source.prepare(source.Origin("sdist", "x", fake_sdist(tmp_path / "links", files)), site / "verl",
+                           tmp_path / "suite")
+    (tmp_path / "sync").mkdir()
+    log = tmp_path / "log"
+    done = pytest_run.run_suite(suite, list(files), workers=2, timeout=None, log=log,
+                                environ={**os.environ, "SYNC_DIR": str(tmp_path / "sync")})
+    assert [done.files[f].passed for f in files] == [1, 1], log.read_text()
+    assert not (suite / "test_data.pt").exists()  # each worker's copy stayed in its own folder
