@@ -95,8 +95,10 @@ def heap_frozen_after():
     allocation triggers walked the growing heap again and again: about a third of the preload's CPU time on one
     core (measured: 8.3-12.8 s with the collector, 5.8-6.9 s without). Frozen, the preloaded heap is also never
     walked by a forked check's collections, which then touch only what the check allocates. Outcomes do not
-    change: a frozen object is only never collected; the few reference cycles the imports left behind stay, as
-    memory that every fork shares."""
+    change: a frozen object is only never collected. The reference cycles the imports left behind (some 200,000
+    objects after torch and transformers) stay, as memory that every fork shares, unless a check unfreezes the
+    heap: vLLM's engine does at its shutdown, and its next collection frees them (about 1 s more in vllm-rollout,
+    measured; less than collecting them here, in every cell, would cost)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
