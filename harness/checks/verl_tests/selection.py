@@ -13,6 +13,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.envs.cellenv import PROJECT_ROOT
+
 SUITE = Path(__file__).with_name("suite.toml")
 OVERRIDE = "HARNESS_VERL_TESTS_SELECTION"
 
@@ -95,7 +97,7 @@ def selection(environ: dict[str, str] | None = None) -> Selection:
         raise SelectionError(f"{path}: `include` names no pattern: nothing would run")
     left = tuple(LeftOut(p, r) for p, r in _table_list(data, "leave_out", ("path", "reason"), path))
     # The shipped file by its place in the project, so that a result names no folder of the runner it ran on.
-    source = SUITE.relative_to(SUITE.parents[3]).as_posix() if path == SUITE else str(path)
+    source = SUITE.resolve().relative_to(PROJECT_ROOT).as_posix() if path == SUITE else str(path)
     return Selection(source, include, left, float(timeout) if timeout else None)
 
 
