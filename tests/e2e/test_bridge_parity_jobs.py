@@ -129,3 +129,46 @@ def test_bridge_parity_forks_its_ranks_unless_this_process_has_native_threads(st
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1]) == {"status": "pass", "ranks": {"tp2": launcher}}
+
+
+ASKED_PROBE = """
+import json, os, sys, tempfile
+from harness.checks import CheckOptions
+from harness.checks.bridge_parity import run
+from trainers.megatron import bridge
+asked, real = [], bridge.bridge_support
+def recorded(config):  # forked ranks inherit it, so a rank's question is seen too
+    with open(os.path.join(work, "asked"), "a") as out:
+        out.write(f"{os.getpid()} {config.model_type}\\n")
+    return real(config)
+bridge.bridge_support = recorded
+with tempfile.TemporaryDirectory() as work:
+    result = run(CheckOptions(backend="megatron", work_dir=work), jobs=("tp1",))
+    asked = [line.split() for line in open(os.path.join(work, "asked"))]
+print(json.dumps({"status": result.status.value, "ranks": result.metrics["ranks"], "asked": asked,
+                  "me": str(os.getpid()), "mbridge": result.metrics["mbridge"],
+                  "mbridge_error": result.metrics["mbridge_error"]}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_MEGATRON, reason="megatron-core is not installed")
+def test_the_bridges_are_asked_in_the_checks_process_never_in_the_projects_ranks():
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", ASKED_PROBE], capture_output=True, text=True, check=False,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=Path(__file__).resolve().parents[2],
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["status"] == "pass" and found["ranks"] == {"tp1": "forked"}
+    # once per model the project's jobs build, by the check's own process; the result still records the answer
+    assert sorted(found["asked"]) == [[found["me"], "qwen3_5_moe_text"], [found["me"], "qwen3_5_text"]]
+    if importlib.util.find_spec("mbridge") is None:
+        assert found["mbridge"] is None and found["mbridge_error"] == "mbridge is not installed"
+    else:
+        assert found["mbridge"] and "qwen3_5" in (found["mbridge_error"] or "qwen3_5"), found

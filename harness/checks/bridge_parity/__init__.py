@@ -49,7 +49,10 @@ module that imports it unguarded (te_import.py), and that layer spec for the pro
 settings changed for CPU are listed with the code that needs each. Where megatron-bridge is installed (the
 row pins it) and `import megatron.bridge` fails, its verdicts are errors, not skips. A verdict named for
 Megatron-Bridge that another bridge produced fails. Metrics keep the bridges' own errors and the names the
-kernel shim bound where FLA / Transformer Engine are absent.
+kernel shim bound where FLA / Transformer Engine are absent. The bridges are asked whether they map each model
+once, in the check's own process after the project's jobs and before Megatron-Bridge's TE stand-in
+(`ask_bridges`): the project's ranks import no bridge library, Megatron-Bridge's preload reuses what asking
+imported, and the answer is kept for the cell's later checks.
 SKIP where megatron-core or Qwen3.5 is not installed.
 """
 from __future__ import annotations
@@ -81,6 +84,10 @@ JOBS = {"tp1": (1, 1, "text-hybrid,moe-hybrid,text-full-attention"),
         "ep2": (1, 2, "moe-hybrid"),
         **{job: (tp, ep, ",".join(megatron_bridge.PREFIX + case for case in cases))
            for job, (tp, ep, cases) in megatron_bridge.JOBS.items()}}
+# the zoo models the project's jobs build (case "<kind>-<variant>"): the bridges are asked about each (every variant
+# of a kind has its model type)
+SUPPORT_KINDS = {case.split("-", 1)[0] for job, (_, _, cases) in JOBS.items() if job not in megatron_bridge.JOBS
+                 for case in cases.split(",")}
 
 
 def default_jobs(max_ranks: int | None, library: bool) -> tuple[str, ...]:
@@ -208,6 +215,29 @@ def _against_reference(probe: dict, emulated: bool) -> str | None:
     return None
 
 
+def ask_bridges() -> dict[str, dict]:
+    """{model kind: the bridges' answer for it} (trainers/megatron/bridge.py bridge_support), asked in this process
+    once the project's jobs are done: their ranks import no bridge library, and where Megatron-Bridge is
+    installed its jobs' preload reuses what asking imported (about 5 s of a core, measured), instead of one rank
+    importing it to ask and this process again to preload. The answer is kept for the cell's later checks (the
+    trainer's ranks read it)."""
+    from trainers.megatron import bridge
+    from trainers.models import build_config
+
+    return {kind: bridge.bridge_support(build_config(kind)) for kind in sorted(SUPPORT_KINDS)}
+
+
+
+def _record_support(results: dict, support: dict[str, dict]) -> None:
+    """Each project case's result records the bridges' answer for its model and the bridge that converted it."""
+    from trainers.megatron import bridge
+
+    for data in results.values():
+        if isinstance(data, dict) and "model" in data and data["model"] in support:
+            data["bridge_support"] = support[data["model"]]
+            data["bridge"] = bridge.chosen_bridge(data["bridge_support"])
+
+
 def _version(distribution: str) -> str:
     try:
         return importlib.metadata.version(distribution)
@@ -240,11 +270,15 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
     preload("harness.checks.bridge_parity.ranks", "trainers.megatron.model", "trainers.megatron.mapping")
     preload_trainer("trainers.megatron")  # with megatron-core, which the ranks import only to build their models
     results, launchers, seconds = {}, {}, {"preload": round(time.perf_counter() - started, 2)}
+    support = None
     for job in jobs:  # forked ranks die with this process (and are killed on any exception)
         job_started = time.perf_counter()
-        if job in megatron_bridge.JOBS and not any(done in megatron_bridge.JOBS for done in results):
+        if job in megatron_bridge.JOBS and support is None:
             from harness.checks.bridge_parity import library
 
+            support = ask_bridges()  # before the TE stand-in below: what the trainer's own process is told
+            seconds["bridge-support"] = round(time.perf_counter() - job_started, 2)
+            job_started = time.perf_counter()
             library.preload()  # after the project's jobs: their ranks never see Megatron-Bridge imported
             seconds["megatron-bridge-preload"] = round(time.perf_counter() - job_started, 2)
             job_started = time.perf_counter()
@@ -252,6 +286,12 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
                                                 max(1.0, WORKER_TIMEOUT - (time.perf_counter() - started)))
         seconds[job] = round(time.perf_counter() - job_started, 2)
     project_jobs = [job for job in jobs if job not in megatron_bridge.JOBS]
+    if support is None:
+        asked = time.perf_counter()
+        support = ask_bridges()
+        seconds["bridge-support"] = round(time.perf_counter() - asked, 2)
+    for job in project_jobs:
+        _record_support(results[job], support)
     verdicts = [verdict for job in project_jobs for verdict in project_verdicts(job, results[job], work)]
     if "tp1" in jobs:
         verdicts.append(packed_verdict(results["tp1"].get("text-hybrid")))

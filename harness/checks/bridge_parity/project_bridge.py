@@ -88,7 +88,9 @@ def break_mapping(kind: str) -> None:
 
 def compare(kind: str, variant: str, sizes, seed: int, broken: str | None, work: Path | None = None) -> dict:
     """One case on this rank; raises what megatron-core raises (the caller records it). With `work` (a folder
-    for the MTP checkpoint), a hybrid case also runs MTP on (`out["mtp"]`, its own error kept there)."""
+    for the MTP checkpoint), a hybrid case also runs MTP on (`out["mtp"]`, its own error kept there). The
+    bridges are not asked here: the check's own process asks them (bridge_parity.ask_bridges), so no rank of the
+    project's jobs imports a bridge library."""
     import torch
     from megatron.core import parallel_state as ps
 
@@ -101,8 +103,6 @@ def compare(kind: str, variant: str, sizes, seed: int, broken: str | None, work:
     out: dict = {"model": kind, "variant": variant, "tp": sizes.tp, "ep": sizes.ep}
     started = time.perf_counter()
     hf = build_hf_variant(variant, None, seed=seed, kind=kind).eval()
-    out["bridge_support"] = bridge.bridge_support(hf.config)
-    out["bridge"] = bridge.chosen_bridge(out["bridge_support"])
     model = build_gpt_model(hf.config, sizes).eval()
     reference = {k: v.detach().clone() for k, v in hf.state_dict().items()}
     bridge.load_hf_into_megatron(model, reference, hf.config, sizes.tp, ps.get_tensor_model_parallel_rank(),

@@ -21,6 +21,7 @@ def test_the_check_passes_every_verdict_through_the_guard(tmp_path, monkeypatch)
     from harness.checks.support import ranks
 
     monkeypatch.setattr(ranks, "preload", lambda *names: None)
+    monkeypatch.setattr(bridge_parity, "ask_bridges", lambda: {})
     monkeypatch.setattr(bridge_parity, "_run_job", lambda job, *a: ({"text-hybrid": PROJECT}, "forked"))
     monkeypatch.setattr(megatron_bridge, "installed_version", lambda: "0.6.2")
     monkeypatch.setattr(megatron_bridge, "verdicts", lambda *a, **k: [bridge_parity.parity_verdict(
@@ -106,3 +107,41 @@ def test_the_mtp_verdicts_name_the_project_mapping_as_the_trainer_does():
     from trainers.megatron.bridge import PROJECT_MAPPING
 
     assert bridge_parity.mtp.PROJECT_MAPPING == PROJECT_MAPPING
+
+
+def test_the_bridges_are_asked_once_here_after_the_projects_jobs_and_before_megatron_bridges_preload(tmp_path,
+                                                                                                   monkeypatch):
+    """The project's ranks never import a bridge library to ask it, and Megatron-Bridge's preload comes after the
+    question (so it reuses what asking imported, and the answer is what a process without the TE stand-in gets)."""
+    from harness.checks.bridge_parity import library
+    from harness.checks.support import ranks
+
+    events = []
+    answers = {"text": {"model_type": "qwen3_5_text", "megatron_bridge_error": "ModuleNotFoundError: te"},
+               "moe": {"model_type": "qwen3_5_moe_text", "megatron_bridge_error": "ModuleNotFoundError: te"}}
+
+    def job(name, *args):
+        events.append(name)
+        if name in megatron_bridge.JOBS:
+            return {}, "forked"
+        return {case: {**PROJECT, "model": case.split("-")[0]} for case in bridge_parity.JOBS[name][2].split(",")}, \
+            "forked"
+
+    monkeypatch.setattr(ranks, "preload", lambda *names: None)
+    monkeypatch.setattr(bridge_parity, "_run_job", job)
+    monkeypatch.setattr(bridge_parity, "ask_bridges", lambda: events.append("ask") or answers)
+    monkeypatch.setattr(library, "preload", lambda: events.append("megatron-bridge preload"))
+    monkeypatch.setattr(megatron_bridge, "installed_version", lambda: "0.6.2")
+    monkeypatch.setattr(bridge_parity, "_skip_reason", lambda: None)
+    result = bridge_parity.run(CheckOptions(backend="megatron", work_dir=tmp_path),
+                               jobs=("tp1", "tp2", "megatron-bridge-tp1", "megatron-bridge-tp2"))
+    assert events == ["tp1", "tp2", "ask", "megatron-bridge preload", "megatron-bridge-tp1", "megatron-bridge-tp2"]
+    assert result.metrics["megatron_bridge_error"] == "ModuleNotFoundError: te"
+    assert set(result.metrics["seconds_by_part"]) >= {"bridge-support", "megatron-bridge-preload"}
+    events.clear()  # without Megatron-Bridge's jobs the question still comes after the project's
+    monkeypatch.setattr(megatron_bridge, "installed_version", lambda: None)
+    result = bridge_parity.run(CheckOptions(backend="megatron", work_dir=tmp_path), jobs=("tp1", "ep2"))
+    assert events == ["tp1", "ep2", "ask"]
+    verdict = next(v for v in result.verdicts if v.name == "moe-hybrid-ep2")  # each case records the answer
+    assert verdict.status == Status.PASS and verdict.metrics["bridge"] == "project-mapping", verdict.message
+    assert result.metrics["bridge"] == "project-mapping" and result.metrics["megatron_bridge_error"].endswith("te")
