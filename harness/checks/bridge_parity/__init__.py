@@ -227,7 +227,6 @@ def ask_bridges() -> dict[str, dict]:
     return {kind: bridge.bridge_support(build_config(kind)) for kind in sorted(SUPPORT_KINDS)}
 
 
-
 def _record_support(results: dict, support: dict[str, dict]) -> None:
     """Each project case's result records the bridges' answer for its model and the bridge that converted it."""
     from trainers.megatron import bridge
