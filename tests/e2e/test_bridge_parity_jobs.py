@@ -136,7 +136,7 @@ import json, os, sys, tempfile
 from harness.checks import CheckOptions
 from harness.checks.bridge_parity import run
 from trainers.megatron import bridge
-asked, real = [], bridge.bridge_support
+real = bridge.bridge_support
 def recorded(config):  # forked ranks inherit it, so a rank's question is seen too
     with open(os.path.join(work, "asked"), "a") as out:
         out.write(f"{os.getpid()} {config.model_type}\\n")

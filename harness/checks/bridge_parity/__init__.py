@@ -227,6 +227,14 @@ def ask_bridges() -> dict[str, dict]:
     return {kind: bridge.bridge_support(build_config(kind)) for kind in sorted(SUPPORT_KINDS)}
 
 
+def _asked(seconds: dict) -> dict[str, dict]:
+    """ask_bridges, its time kept in `seconds` (the check's seconds_by_part)."""
+    started = time.perf_counter()
+    support = ask_bridges()
+    seconds["bridge-support"] = round(time.perf_counter() - started, 2)
+    return support
+
+
 def _record_support(results: dict, support: dict[str, dict]) -> None:
     """Each project case's result records the bridges' answer for its model and the bridge that converted it."""
     from trainers.megatron import bridge
@@ -275,8 +283,7 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
         if job in megatron_bridge.JOBS and support is None:
             from harness.checks.bridge_parity import library
 
-            support = ask_bridges()  # before the TE stand-in below: what the trainer's own process is told
-            seconds["bridge-support"] = round(time.perf_counter() - job_started, 2)
+            support = _asked(seconds)  # before the TE stand-in below: what the trainer's own process is told
             job_started = time.perf_counter()
             library.preload()  # after the project's jobs: their ranks never see Megatron-Bridge imported
             seconds["megatron-bridge-preload"] = round(time.perf_counter() - job_started, 2)
@@ -286,9 +293,7 @@ def run(options: CheckOptions, broken: str | None = None, jobs: tuple[str, ...] 
         seconds[job] = round(time.perf_counter() - job_started, 2)
     project_jobs = [job for job in jobs if job not in megatron_bridge.JOBS]
     if support is None:
-        asked = time.perf_counter()
-        support = ask_bridges()
-        seconds["bridge-support"] = round(time.perf_counter() - asked, 2)
+        support = _asked(seconds)
     for job in project_jobs:
         _record_support(results[job], support)
     verdicts = [verdict for job in project_jobs for verdict in project_verdicts(job, results[job], work)]
