@@ -206,7 +206,8 @@ def run_summary(group) -> dict | None:
     cells = group.get("cells")
     return {**{key: group.get(key) for key in (*provenance.STAMP_KEYS, "load_average_at_start", "matrix")},
             "cells": len(cells) if isinstance(cells, list) else None, "whole_matrix": group.get("whole_matrix"),
-            **{key: run.get(key) for key in _RUN_KEYS}}
+            **{key: run.get(key) for key in _RUN_KEYS},
+            "megatron_bridge_cell": run.get("megatron_bridge_cell")}
 
 
 def runs_history(earlier_runs, earlier_group, latest_group) -> list[dict]:

@@ -8,7 +8,9 @@ imports overlap, so "other" subtracts the longer of the two; an environment inst
 as `environment_ahead`, outside the cell's time). The files are read as plain JSON, so a
 harness that does not record phases or reuse yet is measured too (its environment and capture time then
 shows as "other"). With cells in parallel the sums exceed the wall time. Each cell run's own seconds are listed
-too, longest first. Cells whose environment could not be
+too, longest first, and each Megatron cell's parts side by side (`megatron_cells`: its phases and checks, the
+Megatron-Bridge row's beside the others, and `megatron_bridge_cell`: its seconds against the longest other's, the speed
+target that compares them). Cells whose environment could not be
 installed (every check an install verdict) are counted apart: they cost seconds, not a run of their checks.
 """
 from __future__ import annotations
@@ -59,6 +61,7 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
     cells_run = cells_kept = 0
     not_installed = []  # cells run whose environment could not be installed: no check ran, the time is not theirs
     cell_seconds: dict[str, float] = {}  # each cell run, longest first: where to look next
+    megatron: dict[str, dict] = {}  # each Megatron cell run: its parts
     for cell_id, cell in sorted(after.items()):
         earlier = before.get(cell_id) or {}
         if earlier and earlier.get("started") == cell.get("started"):
@@ -74,19 +77,41 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
         for name, seconds in recorded.items():
             phases[name] = round(phases.get(name, 0.0) + seconds, 3)
         old = {c["check"]: c for c in earlier.get("checks") or []}
-        in_checks = 0.0
+        in_checks, ran_here, reused_here = 0.0, {}, []
         for check in cell.get("checks") or []:
             name = check["check"]
             if old.get(name) == check:
                 _count_check(checks, name, "kept")
             elif check.get("reused_from"):
+                reused_here.append(name)
                 _count_check(checks, name, "reused")
             else:
                 in_checks += float(check.get("duration") or 0)
+                ran_here[name] = round(float(check.get("duration") or 0), 2)
                 _count_check(checks, name, "ran", float(check.get("duration") or 0))
-        other = float(cell.get("duration") or 0) - _covered(recorded) - in_checks
-        phases["other"] = round(phases.get("other", 0.0) + max(other, 0.0), 3)
+        other = max(float(cell.get("duration") or 0) - _covered(recorded) - in_checks, 0.0)
+        phases["other"] = round(phases.get("other", 0.0) + other, 3)
+        axes = cell.get("axes") or {}
+        if axes.get("backend") == "megatron" and cell_id not in not_installed:
+            megatron[cell_id] = {"seconds": cell_seconds[cell_id], "megatron_bridge": axes.get("megatron_bridge"),
+                                 "phases": {**{k: round(v, 2) for k, v in recorded.items()}, "other": round(other, 2)},
+                                 "checks": ran_here, "reused": reused_here}
     return {"cells_run": cells_run, "cells_kept": cells_kept, "cells_not_installed": len(not_installed),
             "not_installed": not_installed, "phases_s": phases, "checks": checks,
             "checks_reused": sum(c["reused"] for c in checks.values()),
-            "cells_s": dict(sorted(cell_seconds.items(), key=lambda item: -item[1]))}
+            "cells_s": dict(sorted(cell_seconds.items(), key=lambda item: -item[1])),
+            "megatron_cells": dict(sorted(megatron.items(), key=lambda item: -item[1]["seconds"])),
+            "megatron_bridge_cell": megatron_bridge_against_others(megatron)}
+
+
+def megatron_bridge_against_others(megatron_cells: dict) -> dict | None:
+    """The Megatron-Bridge cell's seconds against the longest other Megatron cell's, from a run's `megatron_cells`
+    (the speed target: no longer than any other Megatron cell); None where the run has no such pair."""
+    cells = {cell: entry for cell, entry in (megatron_cells or {}).items() if isinstance(entry, dict)}
+    bridge = [(cell, entry["seconds"]) for cell, entry in cells.items() if entry.get("megatron_bridge")]
+    others = [(cell, entry["seconds"]) for cell, entry in cells.items() if not entry.get("megatron_bridge")]
+    if not bridge or not others:
+        return None
+    (cell, seconds), (other, longest) = max(bridge, key=lambda i: i[1]), max(others, key=lambda i: i[1])
+    return {"cell": cell, "seconds": seconds, "longest_other": other, "longest_other_s": longest,
+            "met": seconds <= longest}

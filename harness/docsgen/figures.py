@@ -169,7 +169,50 @@ def matrix_time_tables(figures: dict | None = None) -> str:
                     "cells that reused another cell's result"], rows)
     longest = list((run.get("cells_s") or {}).items())[:LONGEST_CELLS]
     cells = _table(["cell", "seconds"], [[f"`{cell}`", _number(seconds, "s")] for cell, seconds in longest])
-    return f"{stamped}\n\n{parts}\n\nThe {len(longest)} longest cells:\n\n{cells}"
+    return f"{stamped}\n\n{parts}\n\nThe {len(longest)} longest cells:\n\n{cells}\n\n{megatron_cells_table(run)}"
+
+
+# The parts of a Megatron cell shown in their own column, in this order; the rest are summed as "the rest".
+MEGATRON_PARTS = ("imports", "bridge-parity", "grpo-convergence", "launch-plans")
+
+
+def megatron_cells_table(run: dict) -> str:
+    """A defaults run's Megatron cells side by side (`megatron_cells`), longest first: the cell's seconds, the parts
+    that differ most between them and the rest of its seconds, then whether the Megatron-Bridge cell took no longer
+    than any other Megatron cell (the speed target), computed from the same figures."""
+    cells = {cell: entry for cell, entry in (run.get("megatron_cells") or {}).items() if isinstance(entry, dict)}
+    if not cells:
+        return "The Megatron cells side by side: not measured (the run has no `megatron_cells`).\n"
+    rows = []
+    for cell, entry in cells.items():
+        phases, ran, reused = entry.get("phases") or {}, entry.get("checks") or {}, entry.get("reused") or ()
+        # capture runs while the server imports: the two cover the longer one's seconds of the cell
+        spent = {"imports": max((_seconds(phases.get(k)) for k in ("imports", "capture")), default=0.0),
+                 **{name: _seconds(ran.get(name)) for name in MEGATRON_PARTS[1:]}}
+        shown = [_number(spent[name], "s") if name == "imports" or name in ran else
+                 "reused" if name in reused else "not run" for name in MEGATRON_PARTS]
+        total = _seconds(entry.get("seconds"))
+        label = f"`{cell}`" + (f" (Megatron-Bridge {entry['megatron_bridge']})" if entry.get("megatron_bridge") else "")
+        rows.append([label, _number(entry.get("seconds"), "s"), *shown,
+                     _number(round(max(total - sum(spent.values()), 0.0), 2), "s")])
+    table = _table(["Megatron cell", "seconds", *MEGATRON_PARTS, "the rest"], rows)
+    return (f"The Megatron cells side by side, longest first (capture overlaps imports):\n\n{table}\n\n"
+            f"{_bridge_target(run)}")
+
+
+def _seconds(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _bridge_target(run: dict) -> str:
+    compared = run.get("megatron_bridge_cell")  # the bench's comparison (benchmarks/phases.py)
+    if not isinstance(compared, dict):
+        return "No Megatron-Bridge cell beside another Megatron cell in this run: its speed target is not measured."
+    verdict = ("met" if compared["met"] else
+               f"not met, by {_number(round(compared['seconds'] - compared['longest_other_s'], 2), 's')}")
+    return (f"Target, the Megatron-Bridge cell no longer than any other Megatron cell: {verdict} "
+            f"(`{compared['cell']}` {_number(compared['seconds'], 's')}; the longest other, "
+            f"`{compared['longest_other']}`, {_number(compared['longest_other_s'], 's')}).")
 
 
 def matrix_runs_table(figures: dict | None = None) -> str:
@@ -183,7 +226,11 @@ def matrix_runs_table(figures: dict | None = None) -> str:
     for run in reversed(runs):
         cells = _number(run.get("cells"), "")
         scope = {True: "the whole matrix", False: "a slice"}.get(run.get("whole_matrix"), "not recorded")
+        bridge = run.get("megatron_bridge_cell")
+        bridge_cell = (f"{_number(_get(bridge, 'seconds'), 's')} / {_number(_get(bridge, 'longest_other_s'), 's')}"
+                       if isinstance(bridge, dict) else NOT_RECORDED)
         rows.append([_number(run.get("wall_s"), "s"), f"{run.get('matrix') or NOT_RECORDED}: {cells} cells ({scope})",
-                     _number(run.get("cpu_busy_percent"), "%"), machine_line(run), stamp(run, "date"),
+                     bridge_cell, _number(run.get("cpu_busy_percent"), "%"), machine_line(run), stamp(run, "date"),
                      stamp(run, "harness_revision")])
-    return _table(["defaults run, cold", "matrix", "CPU busy", "machine", "date", "revision"], rows)
+    return _table(["defaults run, cold", "matrix", "Megatron-Bridge cell / longest other Megatron cell", "CPU busy",
+                   "machine", "date", "revision"], rows)

@@ -47,3 +47,44 @@ def test_an_environment_installed_ahead_of_its_cell_is_summed_but_not_taken_from
     # other = 4 - 0.5 (environment, waited for in the cell) - 1 (imports) - 2 (check a); the 3 s ahead are apart
     assert done["phases_s"] == {"environment": 0.5, "environment_ahead": 3.0, "capture": 0.5, "imports": 1.0,
                                 "other": 0.5}
+
+
+def megatron_cell(started: str, duration: float, checks: list[dict], bridge: str | None = None,
+                  cell_phases: dict | None = None) -> dict:
+    axes = {"backend": "megatron", **({"megatron_bridge": bridge} if bridge else {})}
+    return {**cell(started, duration, checks, cell_phases), "axes": axes}
+
+
+def test_each_megatron_cell_run_keeps_its_parts_and_the_bridge_cell_is_held_to_the_longest_other():
+    ran = {"check": "bridge-parity", "duration": 20.0, "status": "pass"}
+    reused = {"check": "launch-plans", "duration": 2.0, "status": "pass", "reused_from": "other-cell"}
+    small = {"check": "bridge-parity", "duration": 4.0, "status": "pass"}
+    refused = {"check": "bridge-parity", "duration": 0.0, "status": "error", "failure_class": "install-runner"}
+    after = {"bridge": megatron_cell("t1", 40.0, [ran, reused], "0.6.2", {"imports": 15.0, "capture": 1.0}),
+             "core": megatron_cell("t1", 30.0, [small], cell_phases={"imports": 6.0, "environment_ahead": 9.0}),
+             "not-installed": megatron_cell("t1", 50.0, [refused]),
+             "fsdp": {**cell("t1", 90.0, [small]), "axes": {"backend": "fsdp"}}}
+    done = phases.breakdown({}, after)
+    assert list(done["megatron_cells"]) == ["bridge", "core"]  # longest first; FSDP and uninstalled cells left out
+    assert done["megatron_cells"]["bridge"] == {
+        "seconds": 40.0, "megatron_bridge": "0.6.2", "phases": {"imports": 15.0, "capture": 1.0, "other": 5.0},
+        "checks": {"bridge-parity": 20.0}, "reused": ["launch-plans"]}
+    compared = done["megatron_bridge_cell"]
+    assert compared == {"cell": "bridge", "seconds": 40.0, "longest_other": "core", "longest_other_s": 30.0,
+                        "met": False}
+    assert compared == phases.megatron_bridge_against_others(done["megatron_cells"])
+    after["core"]["duration"] = 40.0  # as long as the bridge cell: the target holds
+    assert phases.megatron_bridge_against_others(phases.breakdown({}, after)["megatron_cells"])["met"] is True
+    assert phases.megatron_bridge_against_others({"core": done["megatron_cells"]["core"]}) is None  # no pair
+    assert phases.megatron_bridge_against_others(None) is None
+
+
+def test_a_kept_run_carries_its_bridge_cell_against_the_longest_other():
+    from harness.benchmarks import matrix
+
+    cells = {"b": {"seconds": 9.0, "megatron_bridge": "0.6.2"}, "o": {"seconds": 7.0, "megatron_bridge": None}}
+    summary = matrix.run_summary({"new_way": {"wall_s": 100.0, "megatron_cells": cells,
+                                              "megatron_bridge_cell": phases.megatron_bridge_against_others(cells)}})
+    assert summary["megatron_bridge_cell"] == {"cell": "b", "seconds": 9.0, "longest_other": "o",
+                                               "longest_other_s": 7.0, "met": False}
+    assert matrix.run_summary({"new_way": {"wall_s": 100.0}})["megatron_bridge_cell"] is None

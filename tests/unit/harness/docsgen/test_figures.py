@@ -83,7 +83,41 @@ def test_every_kept_matrix_run_is_a_row_newest_first_with_its_own_machine_date_a
     rows = [line for line in figures.matrix_runs_table(data).splitlines() if line.startswith("| ") and " s " in line]
     cells = [[cell.strip() for cell in row.split("|")[1:-1]] for row in rows]
     assert [row[0] for row in cells] == ["769.00 s", "478.70 s"]
-    assert cells[0][1:] == ["cpu.toml: 39 cells (the whole matrix)", "97.20 %",
+    assert cells[0][1:] == ["cpu.toml: 39 cells (the whole matrix)", "not recorded", "97.20 %",
                             "Some CPU, 2 cores, calibration: Python 0.27 s / torch 0.22 s", "2026-01-02", "bbb"]
-    assert cells[1][1:3] == ["cpu.toml: 39 cells (not recorded)", "not measured"]
+    assert cells[1][1:4] == ["cpu.toml: 39 cells (not recorded)", "not recorded", "not measured"]
     assert figures.matrix_runs_table({}).startswith("Not measured")
+
+
+def test_the_megatron_cells_are_side_by_side_with_the_bridge_target_said_from_the_same_figures():
+    megatron = {"bridge-cell": {"seconds": 40.0, "megatron_bridge": "0.6.2",
+                                "phases": {"imports": 15.0, "capture": 16.0, "environment_ahead": 9.0, "other": 1.0},
+                                "checks": {"bridge-parity": 20.0}, "reused": ["launch-plans"]},
+                "core-cell": {"seconds": 30.0, "megatron_bridge": None, "phases": {"imports": 6.0},
+                              "checks": {"bridge-parity": 4.0, "grpo-convergence": 8.0, "launch-plans": 2.0}}}
+    pair = {"cell": "bridge-cell", "seconds": 40.0, "longest_other": "core-cell", "longest_other_s": 30.0, "met": False}
+    run = {"wall_s": 100.0, "megatron_cells": megatron, "megatron_bridge_cell": pair}
+    text = figures.matrix_time_tables({"matrix": {"new_way": run}})
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("| `")]
+    bridge, core = (row for row in rows if "-cell`" in row[0])
+    # capture overlaps the imports: the longer of the two; ahead of the cell is not in it; the rest is what is left
+    assert bridge == ["`bridge-cell` (Megatron-Bridge 0.6.2)", "40.00 s", "16.00 s", "20.00 s", "not run", "reused",
+                      "4.00 s"]
+    assert core == ["`core-cell`", "30.00 s", "6.00 s", "4.00 s", "8.00 s", "2.00 s", "10.00 s"]
+    assert "not met, by 10.00 s (`bridge-cell` 40.00 s; the longest other, `core-cell`, 30.00 s)" in text
+    run["megatron_bridge_cell"] = {**pair, "longest_other_s": 45.0, "met": True}
+    assert "other Megatron cell: met (`bridge-cell` 40.00 s; the longest other, `core-cell`, 45.00 s)" in \
+        figures.matrix_time_tables({"matrix": {"new_way": run}})
+    run["megatron_bridge_cell"] = None  # no Megatron-Bridge cell beside another in the run
+    assert "its speed target is not measured" in figures.matrix_time_tables({"matrix": {"new_way": run}})
+    assert "side by side: not measured" in figures.matrix_time_tables({"matrix": {"new_way": {"wall_s": 1.0}}})
+
+
+def test_each_kept_matrix_run_shows_its_bridge_cell_against_the_longest_other_or_says_not_recorded():
+    pair = {"cell": "b", "seconds": 68.9, "longest_other": "o", "longest_other_s": 31.8, "met": False}
+    runs = [{"wall_s": 600.0, "date": "2026-01-01"},
+            {"wall_s": 520.0, "date": "2026-01-02", "megatron_bridge_cell": pair}]
+    rows = [line for line in figures.matrix_runs_table({"matrix_runs": runs}).splitlines() if line.startswith("| 5")
+            or line.startswith("| 6")]
+    assert "68.90 s / 31.80 s" in rows[0] and "520.00 s" in rows[0]  # newest first
+    assert "not recorded" in rows[1].split("|")[3]
