@@ -124,10 +124,10 @@ def _ask_bridges(hf_config) -> dict:
 
 
 def chosen_bridge(report: dict) -> str:
-    """The bridge that converts this model: a library where one supports it, else our mapping.
+    """The bridge that converts this model in this trainer: the project mapping, whatever `report` says.
 
-    A library that claims support is reported, but this trainer's conversion is verified only
-    for the project mapping; wiring a library bridge in is future work (see the module doc).
+    A library that claims support is reported (bridge_support), but this trainer's conversion is
+    verified only for the project mapping; wiring a library bridge in is future work (see the module doc).
     """
     return PROJECT_MAPPING
 
