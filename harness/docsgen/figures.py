@@ -179,7 +179,7 @@ MEGATRON_PARTS = ("imports", "bridge-parity", "grpo-convergence", "launch-plans"
 def megatron_cells_table(run: dict) -> str:
     """A defaults run's Megatron cells side by side (`megatron_cells`), longest first: the cell's seconds, the parts
     that differ most between them and the rest of its seconds, then whether the Megatron-Bridge cell took no longer
-    than any other Megatron cell (the speed target), computed from the same figures."""
+    than any other Megatron cell (the speed target), as the bench compared them (`megatron_bridge_cell`)."""
     cells = {cell: entry for cell, entry in (run.get("megatron_cells") or {}).items() if isinstance(entry, dict)}
     if not cells:
         return "The Megatron cells side by side: not measured (the run has no `megatron_cells`).\n"
@@ -208,11 +208,17 @@ def _bridge_target(run: dict) -> str:
     compared = run.get("megatron_bridge_cell")  # the bench's comparison (benchmarks/phases.py)
     if not isinstance(compared, dict):
         return "No Megatron-Bridge cell beside another Megatron cell in this run: its speed target is not measured."
-    verdict = ("met" if compared["met"] else
-               f"not met, by {_number(round(compared['seconds'] - compared['longest_other_s'], 2), 's')}")
+    seconds, longest = compared.get("seconds"), compared.get("longest_other_s")
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (seconds, longest))
+    if compared.get("met") is True:
+        verdict = "met"
+    elif compared.get("met") is False and numbers:
+        verdict = f"not met, by {_number(round(seconds - longest, 2), 's')}"
+    else:  # a figure edited by hand: said, not guessed
+        verdict = NOT_RECORDED
+    cell, other = (f"`{compared[key]}`" if compared.get(key) else NOT_RECORDED for key in ("cell", "longest_other"))
     return (f"Target, the Megatron-Bridge cell no longer than any other Megatron cell: {verdict} "
-            f"(`{compared['cell']}` {_number(compared['seconds'], 's')}; the longest other, "
-            f"`{compared['longest_other']}`, {_number(compared['longest_other_s'], 's')}).")
+            f"({cell} {_number(seconds, 's')}; the longest other, {other}, {_number(longest, 's')}).")
 
 
 def matrix_runs_table(figures: dict | None = None) -> str:

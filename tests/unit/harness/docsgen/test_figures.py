@@ -108,6 +108,9 @@ def test_the_megatron_cells_are_side_by_side_with_the_bridge_target_said_from_th
     run["megatron_bridge_cell"] = {**pair, "longest_other_s": 45.0, "met": True}
     assert "other Megatron cell: met (`bridge-cell` 40.00 s; the longest other, `core-cell`, 45.00 s)" in \
         figures.matrix_time_tables({"matrix": {"new_way": run}})
+    run["megatron_bridge_cell"] = {"cell": "bridge-cell", "seconds": 40.0}  # edited by hand: no verdict guessed
+    said = "other Megatron cell: not recorded (`bridge-cell` 40.00 s; the longest other, not recorded, not measured)"
+    assert said in figures.matrix_time_tables({"matrix": {"new_way": run}})
     run["megatron_bridge_cell"] = None  # no Megatron-Bridge cell beside another in the run
     assert "its speed target is not measured" in figures.matrix_time_tables({"matrix": {"new_way": run}})
     assert "side by side: not measured" in figures.matrix_time_tables({"matrix": {"new_way": {"wall_s": 1.0}}})
