@@ -22,7 +22,7 @@ from pathlib import Path
 from harness import checks
 from harness.checks.verl_tests.source import CACHE_VARIABLE as VERL_TESTS_CACHE
 from harness.checks.verl_tests.tools import UV_VARIABLE
-from harness.envs import cellenv, container, interpreters, pipconfig
+from harness.envs import cellenv, container, interpreters, pipconfig, readahead
 from harness.envs.cellenv import die_with_parent
 from harness.errors import EnvironmentMissing
 from harness.matrix import Cell, Matrix
@@ -129,7 +129,8 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
 
 def install_environment(cell: Cell, opts: RunOptions) -> Installed:
     """`cell`'s environment installed (its setup log begun afresh, its lock written), or why not; the bytecode is
-    seeded by the caller, at the cell's start. Run by run_cell, or ahead of it (ahead.InstallsAhead)."""
+    seeded by the caller, at the cell's start, and its files read into memory (envs/readahead.py). Run by run_cell, or
+    ahead of it (ahead.InstallsAhead)."""
     rel = Path("cells") / cell.id
     setup_log = opts.out_dir / rel / "logs" / "setup.log"
     setup_log.unlink(missing_ok=True)
@@ -139,6 +140,10 @@ def install_environment(cell: Cell, opts: RunOptions) -> Installed:
     except interpreters.InterpreterMissing as exc:
         return Installed(None, missing=str(exc))
     env, verdict, attempts = _install(cell, opts, python, setup_log, opts.out_dir / rel / "lock.txt")
+    if env is not None and opts.prepare is None:  # its files into memory before the check server imports them
+        read = readahead.read_ahead(cellenv.site_packages(env))
+        with open(setup_log, "a", encoding="utf-8") as log:
+            log.write(read.line() + "\n")
     return Installed(env, verdict, attempts, seconds=round(time.perf_counter() - start, 3))
 
 

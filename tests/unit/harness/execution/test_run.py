@@ -6,8 +6,10 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import replace as dataclass_replace
+from pathlib import Path
 from types import SimpleNamespace
 
+from harness.envs import readahead
 from harness.execution import jobs
 from harness.execution.jobs import Progress
 from harness.results.records import Status
@@ -228,6 +230,13 @@ def test_a_run_installs_the_next_cells_environment_ahead_and_seeds_its_bytecode_
     monkeypatch.setattr(cell_module.cellenv, "build", build)
     monkeypatch.setattr(cell_module.cellenv, "freeze", lambda env: "lock\n")
     monkeypatch.setattr(cell_module.cellenv, "share_bytecode", lambda env, action, root: note(action, env.path.name))
+    monkeypatch.setattr(cell_module.cellenv, "site_packages", lambda env: [env.path / "site-packages"])
+
+    def read_ahead(folders):
+        note("read ahead", [Path(f).parent.name for f in folders][0], threading.current_thread().name)
+        return readahead.ReadAhead(7, 0.25)
+
+    monkeypatch.setattr(cell_module.readahead, "read_ahead", read_ahead)
     monkeypatch.setattr(cell_module, "_run_checks", run_checks)
     opts = RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", reuse=False,
                       progress=Progress(2, stream=io.StringIO()))
@@ -239,6 +248,11 @@ def test_a_run_installs_the_next_cells_environment_ahead_and_seeds_its_bytecode_
     assert ahead < events.index(("checks done", first.cell_id))  # while the first cell ran
     for done in (first, second):
         assert events.index(("seed", done.cell_id)) < events.index(("checks", done.cell_id))
+        # its files read into memory by the install, in the install's thread, before its checks
+        read = events.index(("read ahead", done.cell_id, "installs-ahead"))
+        assert events.index(("build", done.cell_id, "installs-ahead", False)) < read < events.index(
+            ("checks", done.cell_id))
         assert done.phases[AHEAD_PHASE] >= 0 and done.phases["environment"] < 0.5
-        assert (tmp_path / "out" / done.setup_log).read_text() == f"installed {done.cell_id}\n"
+        assert (tmp_path / "out" / done.setup_log).read_text() == (
+            f"installed {done.cell_id}\n[harness] read ahead 7 files of the environment in 0.2 s\n")
         assert (tmp_path / "out" / done.lock).read_text() == "lock\n"

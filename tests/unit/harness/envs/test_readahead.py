@@ -1,0 +1,51 @@
+"""harness.envs.readahead: every shared library, source and bytecode file of an environment, and nothing else, is
+handed to the kernel to read ahead; what cannot be opened or advised is skipped, never an error."""
+import os
+
+import pytest
+
+from harness.envs import readahead
+
+
+@pytest.fixture
+def site(tmp_path):
+    for name in ("torch/__init__.py", "torch/lib/libtorch_cpu.so", "nvidia/cublas/lib/libcublas.so.13",
+                 "torch/__pycache__/__init__.cpython-311.pyc", "torch/README.md", "torch-2.13.0.dist-info/RECORD",
+                 "data/weights.safetensors"):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    return tmp_path
+
+
+def test_every_library_source_and_bytecode_file_is_advised_and_nothing_else(site, monkeypatch):
+    advised = []
+    real = os.posix_fadvise
+
+    def record(descriptor, offset, length, advice):
+        advised.append((os.readlink(f"/proc/self/fd/{descriptor}"), offset, length, advice))
+        return real(descriptor, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    done = readahead.read_ahead([site])
+    names = sorted(os.path.relpath(path, site) for path, *_ in advised)
+    assert names == ["nvidia/cublas/lib/libcublas.so.13", "torch/__init__.py",
+                     "torch/__pycache__/__init__.cpython-311.pyc", "torch/lib/libtorch_cpu.so"]
+    assert {(offset, length, advice) for _, offset, length, advice in advised} == {(0, 0, os.POSIX_FADV_WILLNEED)}
+    assert done.files == 4 and done.seconds >= 0
+    assert "read ahead 4 files of the environment" in done.line()
+
+
+def test_what_cannot_be_opened_or_advised_is_skipped(site, monkeypatch):
+    (site / "torch" / "lib" / "gone.so").symlink_to(site / "nowhere.so")  # cannot be opened
+    refused = []
+
+    def refuse(descriptor, offset, length, advice):
+        refused.append(descriptor)
+        raise OSError("not supported on this file system")
+
+    monkeypatch.setattr(os, "posix_fadvise", refuse)
+    done = readahead.read_ahead([site, site / "absent"])
+    assert done.files == 0 and len(refused) == 4  # every file it could open was asked about, none counted
+    monkeypatch.delattr(os, "posix_fadvise")  # not Linux: nothing read ahead
+    assert readahead.read_ahead([site]).files == 0
