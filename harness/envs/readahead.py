@@ -6,10 +6,11 @@ gigabytes of shared libraries a few pages at a time: measured on the development
 CUDA build), importing torch and transformers took 18.3 s of wall time cold against 3.6 s warm, for 4.9 s of CPU.
 Asking the kernel to read every shared library and Python file of the environment first (posix_fadvise
 WILLNEED, whole files in large sequential requests) took 3.7 s of wall time and 0.4 s of CPU, and the import then
-4.9 s. Run in the install's thread, ahead of the cell (execution/ahead.py), those seconds pass while other cells
-compute. Files already in memory cost one system call each (0.1 s for an environment). Outcomes do not change:
-the kernel only reads what is there earlier; where it cannot (no posix_fadvise, an unreadable file) nothing
-is read ahead.
+4.9 s. Run at the end of the install (execution/cell.install_environment), in the thread that installs ahead of
+the cell where it is installed ahead (execution/ahead.py), those seconds pass while other cells compute; a cell that
+installs its own reads ahead at its start, still sooner than its imports would page the files in. Files already in
+memory cost a system call each (0.1 to 0.5 s for an environment in a matrix run). Outcomes do not change: the kernel
+only reads what is there earlier; where it cannot (no posix_fadvise, an unreadable file) nothing is read ahead.
 """
 from __future__ import annotations
 
