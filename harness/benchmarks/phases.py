@@ -86,9 +86,10 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
                 reused_here.append(name)
                 _count_check(checks, name, "reused")
             else:
-                in_checks += float(check.get("duration") or 0)
-                ran_here[name] = round(float(check.get("duration") or 0), 2)
-                _count_check(checks, name, "ran", float(check.get("duration") or 0))
+                seconds = float(check.get("duration") or 0)
+                in_checks += seconds
+                ran_here[name] = round(seconds, 2)
+                _count_check(checks, name, "ran", seconds)
         other = max(float(cell.get("duration") or 0) - _covered(recorded) - in_checks, 0.0)
         phases["other"] = round(phases.get("other", 0.0) + other, 3)
         axes = cell.get("axes") or {}

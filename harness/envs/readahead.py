@@ -39,19 +39,8 @@ def wanted(name: str) -> bool:
 
 
 def _files(folder: str) -> Iterable[str]:
-    try:
-        entries = os.scandir(folder)
-    except OSError:
-        return
-    with entries:
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    yield from _files(entry.path)
-                elif wanted(entry.name):
-                    yield entry.path
-            except OSError:
-                continue
+    for root, _, names in os.walk(folder):  # unreadable folders are skipped; links to folders are not followed
+        yield from (os.path.join(root, name) for name in names if wanted(name))
 
 
 def _advise(path: str) -> bool:
