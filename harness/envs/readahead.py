@@ -1,4 +1,4 @@
-"""An environment's code read into the page cache before its check server imports it.
+"""An environment's code read into the page cache while its check server imports it.
 
 A cell environment's files are links into uv's cache. Where that cache was filled earlier (a runner that keeps it,
 a machine rebooted since), none of it is in memory, and the check server's first `import torch` pages in
@@ -6,15 +6,23 @@ gigabytes of shared libraries a few pages at a time: measured on the development
 CUDA build), importing torch and transformers took 18.3 s of wall time cold against 3.6 s warm, for 4.9 s of CPU.
 Asking the kernel to read every shared library and Python file of the environment first (posix_fadvise
 WILLNEED, whole files in large sequential requests) took 3.7 s of wall time and 0.4 s of CPU, and the import then
-4.9 s. Run at the end of the install (execution/cell.install_environment), in the thread that installs ahead of
-the cell where it is installed ahead (execution/ahead.py), those seconds pass while other cells compute; a cell that
-installs its own reads ahead at its start, still sooner than its imports would page the files in. Files already in
-memory cost a system call each (0.1 to 0.5 s for an environment in a matrix run). Outcomes do not change: the kernel
-only reads what is there earlier; where it cannot (no posix_fadvise, an unreadable file) nothing is read ahead.
+4.9 s.
+
+It runs in a thread of its own (`Background`), started when the install ends (execution/cell.install_environment,
+in the thread that installs ahead of the cell where it is installed ahead, execution/ahead.py), and stopped at the
+cell's end: nothing waits for it. Reading every file takes longer than the import needs. Measured on the
+development machine: importing torch, transformers and the Qwen3.5 modelling in a verl environment (torch 2.11's
+CUDA build) read 1.3 of the 5.0 GB read ahead, since the CUDA libraries are mapped but mostly never touched on a
+CPU; and a matrix run's first cell, which installs its own environment with nothing ahead of it, spent 16.7 s of its
+own time reading ahead before its check server started, when the read-ahead was waited for. In the background the
+import pages in what it needs at once while the rest streams in. Files already in memory cost a system call each
+(0.1 to 0.5 s for an environment in a matrix run). Outcomes do not change: the kernel only reads what is there
+earlier; where it cannot (no posix_fadvise, an unreadable file) nothing is read ahead.
 """
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,9 +37,11 @@ _SUFFIXES = (".so", ".py", ".pyc")
 class ReadAhead:
     files: int
     seconds: float
+    stopped: bool = False  # the cell ended first: the files not reached were left to the import
 
     def line(self) -> str:
-        return f"[harness] read ahead {self.files} files of the environment in {self.seconds:.1f} s"
+        line = f"[harness] read ahead {self.files} files of the environment in {self.seconds:.1f} s"
+        return line + (", stopped at the cell's end" if self.stopped else "")
 
 
 def wanted(name: str) -> bool:
@@ -57,10 +67,38 @@ def _advise(path: str) -> bool:
         os.close(descriptor)
 
 
-def read_ahead(folders: Iterable[Path]) -> ReadAhead:
-    """Ask the kernel to read every wanted file under `folders` into memory; how many it was asked for."""
+def read_ahead(folders: Iterable[Path], stop: threading.Event | None = None) -> ReadAhead:
+    """Ask the kernel to read every wanted file under `folders` into memory, until `stop` is set; how many it was
+    asked for."""
     started = time.perf_counter()
     if not hasattr(os, "posix_fadvise"):  # not Linux: the first import reads as it goes
         return ReadAhead(0, 0.0)
-    count = sum(_advise(path) for folder in folders for path in _files(str(folder)))
+    count = 0
+    for path in (path for folder in folders for path in _files(str(folder))):
+        if stop is not None and stop.is_set():
+            return ReadAhead(count, round(time.perf_counter() - started, 2), stopped=True)
+        count += _advise(path)
     return ReadAhead(count, round(time.perf_counter() - started, 2))
+
+
+class Background:
+    """`read_ahead` in a daemon thread of its own, from its construction until `stop`. The system calls release
+    the interpreter lock, so the thread that started it goes on at once."""
+
+    def __init__(self, folders: Iterable[Path]):
+        self._stop = threading.Event()
+        self._done: ReadAhead | None = None
+        self._thread = threading.Thread(target=self._run, args=(list(folders),), name="read-ahead", daemon=True)
+        self._thread.start()
+
+    def _run(self, folders: list[Path]) -> None:
+        try:
+            self._done = read_ahead(folders, self._stop)
+        except OSError:  # a folder gone from under it (a run stopped): nothing more to read
+            self._done = ReadAhead(0, 0.0, stopped=True)
+
+    def stop(self) -> ReadAhead:
+        """Stop reading (after the file at hand) and say what was read ahead."""
+        self._stop.set()
+        self._thread.join()
+        return self._done if self._done is not None else ReadAhead(0, 0.0, stopped=True)

@@ -7,6 +7,7 @@ each cell.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import hashlib
@@ -91,6 +92,7 @@ class Installed:
     attempts: list[dict] = field(default_factory=list)
     missing: str | None = None
     seconds: float = 0.0
+    read_ahead: readahead.Background | None = None  # its files read into memory meanwhile, until the cell ends
 
 
 def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult | None = None) -> CellResult:
@@ -121,16 +123,29 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
         result.checks = combine_checks(wanted, kept, lambda name: _not_installed(name, verdict, attempts, result, key))
     else:
         result.lock = str(rel / "lock.txt")
-        with _temporary_folder() as temporary:  # a TMPDIR the user set for the run wins
-            _run_checks(cell, matrix, env, replace(opts, extra_env={"TMPDIR": temporary, **opts.extra_env}),
-                        result, wanted, kept)
+        try:
+            with _temporary_folder() as temporary:  # a TMPDIR the user set for the run wins
+                _run_checks(cell, matrix, env, replace(opts, extra_env={"TMPDIR": temporary, **opts.extra_env}),
+                            result, wanted, kept)
+        finally:
+            _end_read_ahead(installed, opts.out_dir / result.setup_log)
     return _finish(result, cell, opts, start)
+
+
+def _end_read_ahead(installed: Installed, setup_log: Path) -> None:
+    """Stop the environment's read-ahead, if it still runs, and say in the setup log what it read."""
+    if installed.read_ahead is None:
+        return
+    line = installed.read_ahead.stop().line()
+    with contextlib.suppress(OSError), open(setup_log, "a", encoding="utf-8") as log:
+        log.write(line + "\n")
 
 
 def install_environment(cell: Cell, opts: RunOptions) -> Installed:
     """`cell`'s environment installed (its setup log begun afresh, its lock written), or why not; the bytecode is
-    seeded by the caller, at the cell's start, and its files read into memory (envs/readahead.py). Run by run_cell, or
-    ahead of it (ahead.InstallsAhead)."""
+    seeded by the caller, at the cell's start. Its files are read into memory from here on, in the background
+    (envs/readahead.py), until run_cell stops that at the cell's end. Run by run_cell, or ahead of it
+    (ahead.InstallsAhead)."""
     rel = Path("cells") / cell.id
     setup_log = opts.out_dir / rel / "logs" / "setup.log"
     setup_log.unlink(missing_ok=True)
@@ -140,11 +155,10 @@ def install_environment(cell: Cell, opts: RunOptions) -> Installed:
     except interpreters.InterpreterMissing as exc:
         return Installed(None, missing=str(exc))
     env, verdict, attempts = _install(cell, opts, python, setup_log, opts.out_dir / rel / "lock.txt")
-    if env is not None and opts.prepare is None:  # its files into memory before the check server imports them
-        read = readahead.read_ahead(cellenv.site_packages(env))
-        with open(setup_log, "a", encoding="utf-8") as log:
-            log.write(read.line() + "\n")
-    return Installed(env, verdict, attempts, seconds=round(time.perf_counter() - start, 3))
+    reading = None
+    if env is not None and opts.prepare is None:  # its files into memory while the check server imports them
+        reading = readahead.Background(cellenv.site_packages(env))
+    return Installed(env, verdict, attempts, seconds=round(time.perf_counter() - start, 3), read_ahead=reading)
 
 
 def _install(cell: Cell, opts: RunOptions, python: str | None, setup_log: Path, lock_path: Path):

@@ -1,6 +1,7 @@
 """harness.envs.readahead: every shared library, source and bytecode file of an environment, and nothing else, is
 handed to the kernel to read ahead; what cannot be opened or advised is skipped, never an error."""
 import os
+import threading
 
 import pytest
 
@@ -49,3 +50,29 @@ def test_what_cannot_be_opened_or_advised_is_skipped(site, monkeypatch):
     assert done.files == 0 and len(refused) == 4  # every file it could open was asked about, none counted
     monkeypatch.delattr(os, "posix_fadvise")  # not Linux: nothing read ahead
     assert readahead.read_ahead([site]).files == 0
+
+
+def test_a_background_read_ahead_runs_in_its_own_thread_and_stops_when_asked(site, monkeypatch):
+    """The thread that starts it goes on at once; `stop` ends it after the file at hand and says so."""
+    started, release, advised = threading.Event(), threading.Event(), []
+
+    def slow(descriptor, offset, length, advice):  # the first file blocks until the caller has gone on
+        advised.append(threading.current_thread().name)
+        started.set()
+        release.wait(5)
+
+    monkeypatch.setattr(os, "posix_fadvise", slow)
+    reading = readahead.Background([site])
+    assert started.wait(5)  # reading, while this thread goes on
+    release.set()
+    done = reading.stop()
+    assert advised[0] == "read-ahead" and threading.current_thread().name not in advised
+    assert done.stopped and done.files < 4 and done.line().endswith(", stopped at the cell's end")
+    finished = readahead.Background([site])
+    finished._thread.join(5)  # left to end on its own: every file, not stopped
+    assert finished.stop() == readahead.ReadAhead(4, finished.stop().seconds)
+
+
+def test_a_background_read_ahead_whose_folders_vanish_ends_quietly(tmp_path):
+    reading = readahead.Background([tmp_path / "gone"])
+    assert reading.stop().files == 0

@@ -232,11 +232,17 @@ def test_a_run_installs_the_next_cells_environment_ahead_and_seeds_its_bytecode_
     monkeypatch.setattr(cell_module.cellenv, "share_bytecode", lambda env, action, root: note(action, env.path.name))
     monkeypatch.setattr(cell_module.cellenv, "site_packages", lambda env: [env.path / "site-packages"])
 
-    def read_ahead(folders):
-        note("read ahead", [Path(f).parent.name for f in folders][0], threading.current_thread().name)
-        return readahead.ReadAhead(7, 0.25)
+    class Reading:  # the background read-ahead: where it starts, and that the cell's end stops it
+        def __init__(self, folders):
+            self.cell = [Path(f).parent.name for f in folders][0]
+            note("read ahead", self.cell, threading.current_thread().name)
 
-    monkeypatch.setattr(cell_module.readahead, "read_ahead", read_ahead)
+        def stop(self):
+            note("read ahead stopped", self.cell)
+            return readahead.ReadAhead(7, 0.25, stopped=self.cell == first_id)
+
+    first_id = m.cells[0].id
+    monkeypatch.setattr(cell_module.readahead, "Background", Reading)
     monkeypatch.setattr(cell_module, "_run_checks", run_checks)
     opts = RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", reuse=False,
                       progress=Progress(2, stream=io.StringIO()))
@@ -248,11 +254,14 @@ def test_a_run_installs_the_next_cells_environment_ahead_and_seeds_its_bytecode_
     assert ahead < events.index(("checks done", first.cell_id))  # while the first cell ran
     for done in (first, second):
         assert events.index(("seed", done.cell_id)) < events.index(("checks", done.cell_id))
-        # its files read into memory by the install, in the install's thread, before its checks
+        # its files read into memory from the install's end, started in the install's thread and stopped by the
+        # cell's end, after its checks
         read = events.index(("read ahead", done.cell_id, "installs-ahead"))
         assert events.index(("build", done.cell_id, "installs-ahead", False)) < read < events.index(
             ("checks", done.cell_id))
+        assert events.index(("checks done", done.cell_id)) < events.index(("read ahead stopped", done.cell_id))
         assert done.phases[AHEAD_PHASE] >= 0 and done.phases["environment"] < 0.5
+        stopped = ", stopped at the cell's end" if done is first else ""
         assert (tmp_path / "out" / done.setup_log).read_text() == (
-            f"installed {done.cell_id}\n[harness] read ahead 7 files of the environment in 0.2 s\n")
+            f"installed {done.cell_id}\n[harness] read ahead 7 files of the environment in 0.2 s{stopped}\n")
         assert (tmp_path / "out" / done.lock).read_text() == "lock\n"
