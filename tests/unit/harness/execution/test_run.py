@@ -9,6 +9,8 @@ from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from harness.envs import readahead
 from harness.execution import jobs
 from harness.execution.jobs import Progress
@@ -232,17 +234,11 @@ def test_a_run_installs_the_next_cells_environment_ahead_and_seeds_its_bytecode_
     monkeypatch.setattr(cell_module.cellenv, "share_bytecode", lambda env, action, root: note(action, env.path.name))
     monkeypatch.setattr(cell_module.cellenv, "site_packages", lambda env: [env.path / "site-packages"])
 
-    class Reading:  # the background read-ahead: where it starts, and that the cell's end stops it
-        def __init__(self, folders):
-            self.cell = [Path(f).parent.name for f in folders][0]
-            note("read ahead", self.cell, threading.current_thread().name)
+    def read_ahead(folders):
+        note("read ahead", [Path(f).parent.name for f in folders][0], threading.current_thread().name)
+        return readahead.ReadAhead(7, 0.25)
 
-        def stop(self):
-            note("read ahead stopped", self.cell)
-            return readahead.ReadAhead(7, 0.25, stopped=self.cell == first_id)
-
-    first_id = m.cells[0].id
-    monkeypatch.setattr(cell_module.readahead, "Background", Reading)
+    monkeypatch.setattr(cell_module.readahead, "read_ahead", read_ahead)
     monkeypatch.setattr(cell_module, "_run_checks", run_checks)
     opts = RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", reuse=False,
                       progress=Progress(2, stream=io.StringIO()))
@@ -254,14 +250,65 @@ def test_a_run_installs_the_next_cells_environment_ahead_and_seeds_its_bytecode_
     assert ahead < events.index(("checks done", first.cell_id))  # while the first cell ran
     for done in (first, second):
         assert events.index(("seed", done.cell_id)) < events.index(("checks", done.cell_id))
-        # its files read into memory from the install's end, started in the install's thread and stopped by the
-        # cell's end, after its checks
+        # its files read into memory by the install, in the install's thread, before its checks
         read = events.index(("read ahead", done.cell_id, "installs-ahead"))
         assert events.index(("build", done.cell_id, "installs-ahead", False)) < read < events.index(
             ("checks", done.cell_id))
-        assert events.index(("checks done", done.cell_id)) < events.index(("read ahead stopped", done.cell_id))
         assert done.phases[AHEAD_PHASE] >= 0 and done.phases["environment"] < 0.5
-        stopped = ", stopped at the cell's end" if done is first else ""
         assert (tmp_path / "out" / done.setup_log).read_text() == (
-            f"installed {done.cell_id}\n[harness] read ahead 7 files of the environment in 0.2 s{stopped}\n")
+            f"installed {done.cell_id}\n[harness] read ahead 7 files of the environment in 0.2 s\n")
         assert (tmp_path / "out" / done.lock).read_text() == "lock\n"
+
+
+def test_a_cell_that_installs_on_its_own_clock_reads_ahead_beside_its_checks_until_it_ends(monkeypatch, tmp_path):
+    """With no install ahead of it, the cell does not wait for its files to be read: the read-ahead runs in the
+    background from the install's end, is stopped by the cell's end (after its checks, even when they raise), and
+    the setup log says what it read."""
+    from harness import matrix
+    from harness.envs import cellenv
+    from harness.execution import cell as cell_module
+    from harness.execution.cell import RunOptions, run_cell
+
+    (tmp_path / "m.toml").write_text('[matrix]\nname = "m"\nchecks = ["stack-smoke"]\n[axes]\nbackend = ["fsdp"]\n'
+                                     'model = ["text"]\ndevice = ["cpu"]\ntransformers = ["5.23.0"]\n')
+    m = matrix.load(tmp_path / "m.toml")
+    events = []
+
+    def build(cell_id, requirements, env_root, log_path, *args, seed_bytecode=True, **kwargs):
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(f"installed {cell_id}\n")
+        return cellenv.CellEnv(env_root / cell_id)
+
+    class Reading:
+        def __init__(self, folders):
+            events.append(("read ahead", threading.current_thread().name))
+
+        def stop(self):
+            events.append(("read ahead stopped",))
+            return readahead.ReadAhead(3, 1.5, stopped=True)
+
+    def run_checks(cell, matrix, env, opts, result, wanted, kept):
+        events.append(("checks",))
+        if fail:
+            raise RuntimeError("a check's process died")
+        result.checks = [_passed()]
+
+    monkeypatch.setattr(cell_module.cellenv, "build", build)
+    monkeypatch.setattr(cell_module.cellenv, "freeze", lambda env: "lock\n")
+    monkeypatch.setattr(cell_module.cellenv, "share_bytecode", lambda env, action, root: None)
+    monkeypatch.setattr(cell_module.cellenv, "site_packages", lambda env: [env.path / "site-packages"])
+    monkeypatch.setattr(cell_module.readahead, "read_ahead", lambda folders: pytest.fail("waited for the read-ahead"))
+    monkeypatch.setattr(cell_module.readahead, "Background", Reading)
+    monkeypatch.setattr(cell_module, "_run_checks", run_checks)
+    opts = RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", reuse=False)
+    fail = False
+    done = run_cell(m.cells[0], m, opts)
+    assert events == [("read ahead", threading.current_thread().name), ("checks",), ("read ahead stopped",)]
+    assert (tmp_path / "out" / done.setup_log).read_text() == (
+        f"installed {done.cell_id}\n[harness] read ahead 3 files of the environment in 1.5 s, stopped at the cell's "
+        "end\n")
+    events.clear()
+    fail = True
+    with pytest.raises(RuntimeError):
+        run_cell(m.cells[0], m, opts)
+    assert events[-1] == ("read ahead stopped",)  # not left reading after a cell that raised
