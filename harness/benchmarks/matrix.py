@@ -194,7 +194,8 @@ def bench(chosen: Slice, work: Path) -> dict:
 
 HISTORY_KEY = "matrix_runs"  # figures.json: every defaults run of this bench, oldest first
 HISTORY_LIMIT = 20
-_RUN_KEYS = ("wall_s", "cells_run", "cells_not_installed", "cpu_busy_percent", "cpu_steal_percent", "exit_status")
+_RUN_KEYS = ("wall_s", "cells_run", "cells_not_installed", "cells_not_installed_here", "cpu_busy_percent",
+             "cpu_steal_percent", "exit_status")
 
 
 def run_summary(group) -> dict | None:
@@ -243,7 +244,9 @@ def describe(figures: dict) -> str:
                                                   for r in runs]),
              _row("CPU busy / steal %", [f"{r.get('cpu_busy_percent', '?')}/{r.get('cpu_steal_percent', '?')}"
                                          for r in runs]),
-             _row("cells run / kept", [f"{r['cells_run']}/{r['cells_kept']}" for r in runs])]
+             _row("cells run / kept", [f"{r['cells_run']}/{r['cells_kept']}" for r in runs]),
+             _row("  not installed / this runner's limits",
+                  [f"{r.get('cells_not_installed', '?')}/{r.get('cells_not_installed_here', '?')}" for r in runs])]
     for phase in sorted({p for r in runs for p in r["phases_s"]}):
         lines.append(_row(f"  {phase} s", [r["phases_s"].get(phase, 0) for r in runs]))
     for check in sorted({c for r in runs for c in r["checks"]}):

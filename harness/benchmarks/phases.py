@@ -11,14 +11,19 @@ shows as "other"). With cells in parallel the sums exceed the wall time. Each ce
 too, longest first, and each Megatron cell's parts side by side (`megatron_cells`: its phases and checks, the
 Megatron-Bridge row's beside the others, and `megatron_bridge_cell`: its seconds against the longest other's, the speed
 target that compares them). Cells whose environment could not be
-installed (every check an install verdict) are counted apart: they cost seconds, not a run of their checks.
+installed (every check an install verdict) are counted apart: they cost seconds, not a run of their checks. Those
+that only this runner could not install (`not_installed_here`: every check "install-runner", such as a git source
+on a runner without network to it) are named too: a runner that can install them runs their checks, so its matrix
+takes longer than this run by their time; the others (conflicting pins) are not installed anywhere.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from harness.results.install_verdict import is_install_class
+from harness.results.install_verdict import FAILURE_CLASS, RUNNER, is_install_class
+
+RUNNER_LIMIT = FAILURE_CLASS[RUNNER]  # "not installable on this runner" (no network to a git source, a pip cap)
 
 # Phases that run at the same time (the check server imports while the environment is captured): the
 # cell time they cover together is the longest of them, not their sum.
@@ -60,6 +65,7 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
     checks: dict[str, dict] = {}
     cells_run = cells_kept = 0
     not_installed = []  # cells run whose environment could not be installed: no check ran, the time is not theirs
+    not_installed_here = []  # of those, the ones only this runner could not install: elsewhere they run, and cost
     cell_seconds: dict[str, float] = {}  # each cell run, longest first: where to look next
     megatron: dict[str, dict] = {}  # each Megatron cell run: its parts
     for cell_id, cell in sorted(after.items()):
@@ -72,6 +78,8 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
         cells_run += 1
         if cell.get("checks") and all(is_install_class(c.get("failure_class")) for c in cell["checks"]):
             not_installed.append(cell_id)
+            if all(c.get("failure_class") == RUNNER_LIMIT for c in cell["checks"]):
+                not_installed_here.append(cell_id)
         cell_seconds[cell_id] = round(float(cell.get("duration") or 0), 1)
         recorded = {k: float(v or 0) for k, v in (cell.get("phases") or {}).items()}
         for name, seconds in recorded.items():
@@ -98,7 +106,8 @@ def breakdown(before: dict[str, dict], after: dict[str, dict]) -> dict:
                                  "phases": {**{k: round(v, 2) for k, v in recorded.items()}, "other": round(other, 2)},
                                  "checks": ran_here, "reused": reused_here}
     return {"cells_run": cells_run, "cells_kept": cells_kept, "cells_not_installed": len(not_installed),
-            "not_installed": not_installed, "phases_s": phases, "checks": checks,
+            "not_installed": not_installed, "cells_not_installed_here": len(not_installed_here),
+            "not_installed_here": not_installed_here, "phases_s": phases, "checks": checks,
             "checks_reused": sum(c["reused"] for c in checks.values()),
             "cells_s": dict(sorted(cell_seconds.items(), key=lambda item: -item[1])),
             "megatron_cells": dict(sorted(megatron.items(), key=lambda item: -item[1]["seconds"])),

@@ -22,6 +22,8 @@ FIGURES = [
         ("a warm rerun (every cell kept)", "warm_rerun.wall_s", "s"),
         ("cells whose environment this machine could not install (no check ran)", "new_way.cells_not_installed",
          ""),
+        ("of which another runner would install and run (this runner's limits, such as no network to a git source)",
+         "new_way.cells_not_installed_here", ""),
         ("defaults, summed over cells: waiting for their environments", "new_way.phases_s.environment", "s"),
         ("installing environments ahead of their cells", "new_way.phases_s.environment_ahead", "s"),
         ("importing in the check servers", "new_way.phases_s.imports", "s")]),

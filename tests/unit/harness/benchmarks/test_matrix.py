@@ -44,7 +44,8 @@ def test_defaults_only_leaves_out_the_serial_run_and_says_nothing_of_a_ratio(tmp
     def timed_run(label, chosen, ids, flags, out, env_root, work):
         ran.append(label)
         return {"wall_s": 1.0, "exit_status": 0, "load_average_start": [0.1], "load_average_end": [0.1],
-                "cells_run": len(ids), "cells_kept": 0, "phases_s": {}, "checks": {}, "report_s": 0.1, "jobs": ""}
+                "cells_run": len(ids), "cells_kept": 0, "phases_s": {}, "checks": {}, "report_s": 0.1, "jobs": "",
+                "cells_not_installed": 3, "cells_not_installed_here": 1}
 
     monkeypatch.setattr(matrix_bench, "timed_run", timed_run)
     monkeypatch.setattr(matrix_bench, "warm_uv_cache", lambda cells, scratch: 0.0)
@@ -56,6 +57,10 @@ def test_defaults_only_leaves_out_the_serial_run_and_says_nothing_of_a_ratio(tmp
     assert figures["verdicts"] == {"new_vs_warm_rerun": "identical"}
     table = matrix_bench.describe(figures)
     assert "old way" not in table and "new way" in table and "warm rerun" in table
+    # the cells not installed, and how many of them only this runner could not: another runner runs those
+    assert any(line.startswith("  not installed / this runner's limits") and line.split()[-1] == "3/1"
+               for line in table.splitlines())
+    assert matrix_bench.run_summary({"new_way": figures["new_way"]})["cells_not_installed_here"] == 1
 
 
 def test_the_cold_runs_launch_plans_verdicts_are_kept_for_the_docs(tmp_path, monkeypatch):

@@ -37,6 +37,8 @@ def test_cells_whose_environment_could_not_be_installed_are_counted_apart():
     done = phases.breakdown({}, {"x": cell("t1", 1.0, [refused, conflict]), "y": cell("t1", 3.0, [ran, broken]),
                                  "z": cell("t1", 0.5, [refused])})
     assert done["cells_run"] == 3 and done["cells_not_installed"] == 2 and done["not_installed"] == ["x", "z"]
+    # only z failed on this runner's limits alone: a runner that can install it runs its checks
+    assert done["cells_not_installed_here"] == 1 and done["not_installed_here"] == ["z"]
     assert list(done["cells_s"].items()) == [("y", 3.0), ("x", 1.0), ("z", 0.5)]  # each cell run, longest first
 
 
