@@ -8,19 +8,20 @@ Asking the kernel to read every shared library and Python file of the environmen
 WILLNEED, whole files in large sequential requests) took 3.7 s of wall time and 0.4 s of CPU, and the import then
 4.9 s.
 
-Where the environment is installed ahead of its cell (execution/ahead.py), every file is read there, in the
-install's thread, when the install ends: those seconds pass while other cells compute, and the I/O is done before
-the cell's server imports. Where a cell installs its own (nothing was ahead of it: a run's first cells), the cell
-itself would wait, and waiting for every file costs it more than its import needs. Measured on the
-development machine: importing torch, transformers and the Qwen3.5 modelling in a verl environment (torch 2.11's
-CUDA build) read 1.3 of the 5.0 GB read ahead, since the CUDA libraries are mapped but mostly never touched on a CPU;
-and a matrix run's first cell spent 16.7 s of its own time reading ahead before its check server started. So there
-it runs in a thread of its own (`Background`), beside the server's import, and is stopped at the cell's end: the
-import pages in what it needs at once while the rest streams in. (Run that way for every cell, once, a cell installed
-ahead imported in 35.5 s, against 13.7 s the run before, while read-aheads of the same Python's torch ran beside
-its import: so an install ahead keeps reading before its cell starts.) Files already in memory cost a system call
-each (0.1 to 0.5 s for an environment in a matrix run). Outcomes do not change: the kernel only reads what is there
-earlier; where it cannot (no posix_fadvise, an unreadable file) nothing is read ahead.
+It runs in a thread of its own (`Background`), started when the install ends (execution/cell.install_environment),
+and stopped at the cell's end; the cell never waits for it. Where the environment is installed ahead of its cell
+(execution/ahead.py), the installing thread waits for it before the next install (so read-aheads do not pile up
+beside the cells' imports), usually before the cell starts: those seconds pass while other cells compute. Where a
+cell is waiting for its environment, or installs its own, waiting for every file costs it more than its import
+needs. Measured on the development machine: importing torch, transformers and the Qwen3.5 modelling in a verl
+environment (torch 2.11's CUDA build) read 1.3 of the 5.0 GB read ahead, since the CUDA libraries are mapped but
+mostly never touched on a CPU; a matrix run's first cell, which installs its own, spent 16.7 s of its own time
+reading ahead before its check server started, and its second, waiting for the install ahead of it, 10.7 s. So the
+import runs beside the read-ahead, paging in what it needs at once while the rest streams in. (A read-ahead in the
+background for every cell, not waited for by the installing thread, was run once: a cell imported in 35.5 s against
+13.7 s the run before, with read-aheads of the same Python's torch beside its import.) Files already in memory cost
+a system call each (0.1 to 0.5 s for an environment in a matrix run). Outcomes do not change: the kernel only reads
+what is there earlier; where it cannot (no posix_fadvise, an unreadable file) nothing is read ahead.
 """
 from __future__ import annotations
 
@@ -99,6 +100,10 @@ class Background:
             self._done = read_ahead(folders, self._stop)
         except OSError:  # a folder gone from under it (a run stopped): nothing more to read
             self._done = ReadAhead(0, 0.0, stopped=True)
+
+    def wait(self) -> None:
+        """Until every file has been asked for, or `stop`."""
+        self._thread.join()
 
     def stop(self) -> ReadAhead:
         """Stop reading (after the file at hand) and say what was read ahead."""

@@ -6,7 +6,9 @@ takes about 1 s of wall time and 0.45 s of CPU, the Megatron-Bridge row's about 
 in a cold CPU matrix run the cells spent 116 s of their time installing, their core mostly idle meanwhile. So one
 thread, beside the cells, installs the environments of the cells that start next, in their start order, at most
 `ahead` of them built and not yet started; a cell whose install has not begun when it starts installs its own, as
-before, and this thread leaves it alone (`take` claims it). The install is the cell's own
+before, and this thread leaves it alone (`take` claims it). What an install leaves running (its environment's
+read-ahead, envs/readahead.py) is waited for here (`settle`) before the next install begins, but after the cell has
+its install: a cell that was waiting starts at once. The install is the cell's own
 (cell.install_environment, with its retries and its install verdict), into the same folder and setup log; only
 the bytecode seed waits for the cell's start, so that it links what the cells before it compiled
 (envs/bytecode.py).
@@ -29,9 +31,11 @@ class InstallsAhead:
     """Builds `install(cell)` for `cells` (in the order they will start) in a thread of its own, at most `ahead`
     finished and not yet taken; `take` hands a cell its install (a Future), or None to install its own."""
 
-    def __init__(self, cells: list, install: Callable[[object], object], ahead: int = 1):
+    def __init__(self, cells: list, install: Callable[[object], object], ahead: int = 1,
+                 settle: Callable[[object], None] | None = None):
         self._cells = list(cells)
         self._install = install
+        self._settle = settle  # what an install left running, waited for here once its cell may start
         self._ahead = max(1, ahead)
         self._state: dict[str, object] = {}  # cell id -> Future (begun here) or _CLAIMED
         self._waiting_to_be_taken = 0
@@ -89,6 +93,10 @@ class InstallsAhead:
                 return
             future.set_running_or_notify_cancel()
             try:
-                future.set_result(self._install(cell))
+                installed = self._install(cell)
             except BaseException as exc:  # noqa: BLE001 - the cell that takes it raises it, where it would have
                 future.set_exception(exc)
+                continue
+            future.set_result(installed)
+            if self._settle is not None:  # the cell may start now; the next install waits for this
+                self._settle(installed)

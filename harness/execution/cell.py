@@ -92,7 +92,7 @@ class Installed:
     attempts: list[dict] = field(default_factory=list)
     missing: str | None = None
     seconds: float = 0.0
-    read_ahead: readahead.Background | None = None  # an install on the cell's own clock: read ahead meanwhile
+    read_ahead: readahead.Background | None = None  # its files read into memory meanwhile, until the cell ends
 
 
 def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult | None = None) -> CellResult:
@@ -108,7 +108,7 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
                         setup_log=str(rel / "logs" / "setup.log"))
     phase = time.perf_counter()
     ahead = opts.installs.take(cell) if opts.installs is not None else None
-    installed = ahead.result() if ahead is not None else install_environment(cell, opts, own_clock=True)
+    installed = ahead.result() if ahead is not None else install_environment(cell, opts)
     if installed.missing is not None:  # this runner lacks its interpreter; one that has it runs the cell next time
         result.checks = combine_checks(wanted, kept, lambda name: CheckResult(
             name, Status.SKIP, installed.missing, failure_class="infra"))
@@ -132,23 +132,26 @@ def run_cell(cell: Cell, matrix: Matrix, opts: RunOptions, earlier: CellResult |
     return _finish(result, cell, opts, start)
 
 
+def settle_install(installed: Installed) -> None:
+    """What the install left running, waited for by the thread that installs ahead before its next install: the
+    environment's read-ahead (the cell that takes the install does not wait for it)."""
+    if installed.read_ahead is not None:
+        installed.read_ahead.wait()
+
+
 def _end_read_ahead(installed: Installed, setup_log: Path) -> None:
     """Stop the environment's read-ahead, if it still runs, and say in the setup log what it read."""
     if installed.read_ahead is not None:
-        _log_line(setup_log, installed.read_ahead.stop().line())
+        line = installed.read_ahead.stop().line()
+        with contextlib.suppress(OSError), open(setup_log, "a", encoding="utf-8") as log:
+            log.write(line + "\n")
 
 
-def _log_line(setup_log: Path, line: str) -> None:
-    with contextlib.suppress(OSError), open(setup_log, "a", encoding="utf-8") as log:
-        log.write(line + "\n")
-
-
-def install_environment(cell: Cell, opts: RunOptions, own_clock: bool = False) -> Installed:
+def install_environment(cell: Cell, opts: RunOptions) -> Installed:
     """`cell`'s environment installed (its setup log begun afresh, its lock written), or why not; the bytecode is
-    seeded by the caller, at the cell's start. Its files are read into memory (envs/readahead.py): here, ahead of
-    the cell (ahead.InstallsAhead), before its check server imports them; on the cell's `own_clock` (run_cell: no
-    install was ahead of it), in the background while the server imports, until run_cell stops it at the cell's
-    end."""
+    seeded by the caller, at the cell's start. Its files are read into memory from here on, in the background
+    (envs/readahead.py): waited for by the thread that installs ahead (`settle_install`), stopped by run_cell at the
+    cell's end. Run by run_cell, or ahead of it (ahead.InstallsAhead)."""
     rel = Path("cells") / cell.id
     setup_log = opts.out_dir / rel / "logs" / "setup.log"
     setup_log.unlink(missing_ok=True)
@@ -159,10 +162,8 @@ def install_environment(cell: Cell, opts: RunOptions, own_clock: bool = False) -
         return Installed(None, missing=str(exc))
     env, verdict, attempts = _install(cell, opts, python, setup_log, opts.out_dir / rel / "lock.txt")
     reading = None
-    if env is not None and opts.prepare is None and own_clock:
+    if env is not None and opts.prepare is None:  # its files into memory, the cell not waiting for them
         reading = readahead.Background(cellenv.site_packages(env))
-    elif env is not None and opts.prepare is None:  # off the cell's clock: all of it before the server imports
-        _log_line(setup_log, readahead.read_ahead(cellenv.site_packages(env)).line())
     return Installed(env, verdict, attempts, seconds=round(time.perf_counter() - start, 3), read_ahead=reading)
 
 

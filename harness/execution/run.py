@@ -37,7 +37,7 @@ from harness.results.records import (
 
 from . import container_cell, runner
 from .ahead import InstallsAhead
-from .cell import RunOptions, install_environment, install_key, reapply_known_failures, run_cell
+from .cell import RunOptions, install_environment, install_key, reapply_known_failures, run_cell, settle_install
 from .jobs import Progress, StartQueue, cell_cost, start_order
 from .reuse import ReuseIndex
 
@@ -100,7 +100,8 @@ def installs_ahead(cells: list[Cell], opts: RunOptions):
     if opts.prepare is not None or opts.installs is not None:
         return nullcontext(opts.installs)
     wanted = [cell for cell in to_run(cells, opts.out_dir, opts.checks, opts.redo) if not container.wanted(cell)]
-    return InstallsAhead(wanted, lambda cell: install_environment(cell, opts), ahead=max(1, opts.jobs))
+    return InstallsAhead(wanted, lambda cell: install_environment(cell, opts), ahead=max(1, opts.jobs),
+                         settle=settle_install)
 
 
 def _in_parallel(cells: list[Cell], opts: RunOptions, one) -> list[CellResult]:

