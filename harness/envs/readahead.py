@@ -98,8 +98,8 @@ class Background:
     def _run(self, folders: list[Path]) -> None:
         try:
             self._done = read_ahead(folders, self._stop)
-        except OSError:  # a folder gone from under it (a run stopped): nothing more to read
-            self._done = ReadAhead(0, 0.0, stopped=True)
+        except OSError:  # the read-ahead only ever saves time: an error of its own reads nothing more
+            self._done = ReadAhead(0, 0.0)
 
     def wait(self) -> None:
         """Until every file has been asked for, or `stop`."""
@@ -109,4 +109,4 @@ class Background:
         """Stop reading (after the file at hand) and say what was read ahead."""
         self._stop.set()
         self._thread.join()
-        return self._done if self._done is not None else ReadAhead(0, 0.0, stopped=True)
+        return self._done if self._done is not None else ReadAhead(0, 0.0)
