@@ -2,7 +2,8 @@
 
 Without this, uv resolves `torch==2.13.0` to the CUDA build from the index (gigabytes) even
 where pip is set up with a local find-links directory holding the CPU wheel. The noxfile and
-the cell environments both take their uv settings from `uv_environment()`.
+the cell environments both take their uv settings from `uv_environment()`, which also gives uv
+PyPI's cache policy where nobody configures uv (indexcache.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from harness.envs import indexcache
 from harness.files import write_json_atomic
 
 # pip's answer kept between runs: starting pip to ask it costs about 0.45 s on a shared core, twice in a warm rerun
@@ -33,11 +35,14 @@ def _pips() -> list[list[str]]:
     return [[sys.executable, "-m", "pip"], [shutil.which("pip3") or "pip3"], [shutil.which("pip") or "pip"]]
 
 
+def _cache_folder() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qwen35-harness"
+
+
 def _cache_file() -> Path:
     """One per interpreter: the harness's and a cell's (verl-tests asks from there) would otherwise replace each
     other's."""
-    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qwen35-harness"
-    return folder / f"{CACHE_NAME}-{hashlib.sha256(sys.executable.encode()).hexdigest()[:12]}.json"
+    return _cache_folder() / f"{CACHE_NAME}-{hashlib.sha256(sys.executable.encode()).hexdigest()[:12]}.json"
 
 
 def _key(files: list[str]) -> str:
@@ -124,7 +129,8 @@ def _setting(environ: dict[str, str], pip_env: str, pip_key: str) -> list[str]:
 
 
 def uv_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The uv variables to add to `environ` so that uv sees what pip sees; existing UV_* win."""
+    """The uv variables to add to `environ` so that uv sees what pip sees, and PyPI's cache policy where neither
+    they nor the runner's owner configure uv or its index (indexcache.uv_setting); existing UV_* win."""
     environ = dict(os.environ if environ is None else environ)
     extra: dict[str, str] = {}
     if "UV_FIND_LINKS" not in environ:
@@ -139,6 +145,7 @@ def uv_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
         index = _setting(environ, "PIP_INDEX_URL", "index-url")
         if index:
             extra["UV_DEFAULT_INDEX"] = index[0]
+    extra.update(indexcache.uv_setting({**environ, **extra}, _cache_folder()))
     return extra
 
 

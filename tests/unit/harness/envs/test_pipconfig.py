@@ -33,6 +33,7 @@ def fake_pip(monkeypatch, tmp_path):
 
     monkeypatch.setattr(subprocess, "run", run)
     monkeypatch.setattr(pipconfig.shutil, "which", lambda name: str(tmp_path / "bin" / name))
+    monkeypatch.setattr(pipconfig.indexcache, "uv_setting", lambda *args: {})  # test_indexcache.py's
     pipconfig.pip_config.cache_clear()
     yield SimpleNamespace(asked=asked, user_file=user_file, constraints=constraints, wheels=wheels, tmp=tmp_path)
     pipconfig.pip_config.cache_clear()
