@@ -69,12 +69,16 @@ def _get(group: dict, path: str):
     return value
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)  # JSON's true is an int to Python
+
+
 def _number(value, unit: str) -> str:
     if value is None:
         return "not measured"
     # A figure that is no finite number, or below 0 (every figure here is a time, size, rate or ratio), came from
     # a file edited by hand or merged without the evidence checks: said to be unusable, not shown as measured.
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if not _is_number(value) or not math.isfinite(value) or value < 0:
         return "unusable (not a finite number of at least 0)"
     if unit == "bytes":
         return f"{value / 2**20:.1f} MiB"
@@ -203,7 +207,7 @@ def megatron_cells_table(run: dict) -> str:
 
 
 def _seconds(value) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+    return float(value) if _is_number(value) else 0.0
 
 
 def _bridge_target(run: dict) -> str:
@@ -211,7 +215,7 @@ def _bridge_target(run: dict) -> str:
     if not isinstance(compared, dict):
         return "No Megatron-Bridge cell beside another Megatron cell in this run: its speed target is not measured."
     seconds, longest = compared.get("seconds"), compared.get("longest_other_s")
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (seconds, longest))
+    numbers = all(_is_number(v) for v in (seconds, longest))
     if compared.get("met") is True:
         verdict = "met"
     elif compared.get("met") is False and numbers:

@@ -44,7 +44,7 @@ FORWARD = ("HARNESS_EXTRA_CHECKS", "HARNESS_DEBUG", "HARNESS_INDEX_URL", "CUDA_V
            "ASCEND_RT_VISIBLE_DEVICES", *dict.fromkeys(k for env in determinism.ENVIRONMENT.values() for k in env))
 UV_PATHS = ("UV_FIND_LINKS", "UV_CONSTRAINT", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_INDEX", "UV_EXTRA_INDEX_URL")
 LOCAL_IMAGE = "harness-test/bookworm-py311:1"  # the tag names the recipe in build_rootfs: change both together
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qwen35-harness"
+CACHE = pipconfig.cache_folder()
 ROOTFS = CACHE / "bookworm-py311-1.tar"
 
 

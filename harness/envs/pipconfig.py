@@ -35,14 +35,16 @@ def _pips() -> list[list[str]]:
     return [[sys.executable, "-m", "pip"], [shutil.which("pip3") or "pip3"], [shutil.which("pip") or "pip"]]
 
 
-def _cache_folder() -> Path:
+def cache_folder() -> Path:
+    """The folder the harness keeps its machine-wide caches in (pip's answer, uv's index policy, the container's
+    root file system)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qwen35-harness"
 
 
 def _cache_file() -> Path:
     """One per interpreter: the harness's and a cell's (verl-tests asks from there) would otherwise replace each
     other's."""
-    return _cache_folder() / f"{CACHE_NAME}-{hashlib.sha256(sys.executable.encode()).hexdigest()[:12]}.json"
+    return cache_folder() / f"{CACHE_NAME}-{hashlib.sha256(sys.executable.encode()).hexdigest()[:12]}.json"
 
 
 def _key(files: list[str]) -> str:
@@ -145,7 +147,7 @@ def uv_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
         index = _setting(environ, "PIP_INDEX_URL", "index-url")
         if index:
             extra["UV_DEFAULT_INDEX"] = index[0]
-    extra.update(indexcache.uv_setting({**environ, **extra}, _cache_folder()))
+    extra.update(indexcache.uv_setting({**environ, **extra}, cache_folder()))
     return extra
 
 

@@ -185,7 +185,7 @@ def test_pips_index_url_is_a_variable_for_uv_so_the_forwarded_settings_carry_no_
                                                                                        tmp_path):
     environ, here = nobodys
     monkeypatch.chdir(here)
-    monkeypatch.setattr(pipconfig, "_cache_folder", lambda: tmp_path / "cache")
+    monkeypatch.setattr(pipconfig, "cache_folder", lambda: tmp_path / "cache")
     monkeypatch.setattr(pipconfig, "pip_config", lambda: {"index-url": "https://mirror.example/simple"})
     assert pipconfig.uv_environment(environ) == {"UV_DEFAULT_INDEX": "https://mirror.example/simple"}
     monkeypatch.setattr(pipconfig, "pip_config", lambda: {})
