@@ -22,6 +22,7 @@ import functools
 import hashlib
 import importlib.metadata
 import os
+import tomllib
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -50,14 +51,13 @@ def _owned_files(environ: dict[str, str], here: Path | None) -> list[Path]:
     home = Path(environ.get("HOME") or Path.home())
     found = [Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "uv" / "uv.toml", Path("/etc/uv/uv.toml")]
     found += [Path(d) / "uv" / "uv.toml" for d in (environ.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(os.pathsep) if d]
+    found += [Path(environ[name], *tail, "uv", "uv.toml") for name, tail in (("APPDATA", ()),
+                                                                          ("SYSTEMDRIVE", ("ProgramData",)))
+              if environ.get(name)]  # Windows' user and system folders
     for folder in ([here, *here.parents] if here is not None else []):
         found.append(folder / "uv.toml")
-        project = folder / "pyproject.toml"
-        try:
-            if "[tool.uv" in project.read_text(encoding="utf-8", errors="replace"):
-                found.append(project)
-        except OSError:
-            pass
+        if _has_uv_table(folder / "pyproject.toml"):
+            found.append(folder / "pyproject.toml")
     return [path for path in found if path.is_file()]
 
 
@@ -68,6 +68,20 @@ def uv_understands() -> bool:
         return Version(importlib.metadata.version("uv")) >= MIN_UV
     except (importlib.metadata.PackageNotFoundError, InvalidVersion):  # a uv from PATH: its version unknown here
         return False
+
+
+def _has_uv_table(pyproject: Path) -> bool:
+    """Whether uv reads `pyproject` as configuration: it holds a [tool.uv] table (one it cannot parse counts, so
+    that the owner's intent is never overridden)."""
+    try:
+        text = pyproject.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    try:
+        tool = tomllib.loads(text).get("tool")
+    except tomllib.TOMLDecodeError:
+        return True
+    return isinstance(tool, dict) and "uv" in tool
 
 
 def _cwd() -> Path | None:

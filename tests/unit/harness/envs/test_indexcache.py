@@ -135,24 +135,29 @@ def test_a_variable_that_configures_uv_or_names_an_index_leaves_uv_alone(nobodys
     assert not (tmp_path / "cache").exists()
 
 
-@pytest.mark.parametrize("where", ["user", "xdg-user", "system-xdg", "project-uv", "project-pyproject-above"])
+@pytest.mark.parametrize("where", ["user", "xdg-user", "system-xdg", "appdata", "project-uv",
+                                   "project-pyproject-above"])
 def test_a_configuration_file_uv_would_read_leaves_uv_alone(nobodys, tmp_path, where):
     environ, here = nobodys
     files = {"user": Path(environ["HOME"]) / ".config" / "uv" / "uv.toml",
              "xdg-user": tmp_path / "xdgc" / "uv" / "uv.toml",
              "system-xdg": Path(environ["XDG_CONFIG_DIRS"]) / "uv" / "uv.toml",
+             "appdata": tmp_path / "appdata" / "uv" / "uv.toml",
              "project-uv": here / "uv.toml",
              "project-pyproject-above": tmp_path / "pyproject.toml"}
     if where == "xdg-user":
         environ = {**environ, "XDG_CONFIG_HOME": str(tmp_path / "xdgc")}
+    elif where == "appdata":
+        environ = {**environ, "APPDATA": str(tmp_path / "appdata")}
     files[where].parent.mkdir(parents=True, exist_ok=True)
-    files[where].write_text("[tool.uv]\nnative-tls = true\n" if where.endswith("pyproject-above") else "")
+    files[where].write_text("[project]\nname = 'x'\n\n[[tool.uv.index]]\nurl = 'https://mirror.example/simple'\n"
+                            if where.endswith("pyproject-above") else "")
     assert indexcache.uv_setting(environ, tmp_path / "cache", here) == {}
 
 
 def test_a_pyproject_without_a_uv_table_is_not_uvs_configuration(nobodys, tmp_path):
     environ, here = nobodys
-    (here / "pyproject.toml").write_text("[project]\nname = 'x'\n[tool.ruff]\nline-length = 120\n")
+    (here / "pyproject.toml").write_text("[project]\nname = 'x'\n[tool.uvicorn]\nport = 1\n# [tool.uv]\n")
     assert indexcache.VARIABLE in indexcache.uv_setting(environ, tmp_path / "cache", here)
 
 
@@ -191,3 +196,9 @@ def test_pips_index_url_is_a_variable_for_uv_so_the_forwarded_settings_carry_no_
     monkeypatch.setattr(pipconfig, "pip_config", lambda: {})
     assert pipconfig.uv_environment(environ) == {
         indexcache.VARIABLE: str(next((tmp_path / "cache").glob("uv-index-policy-*.toml")))}
+
+
+def test_a_pyproject_uv_could_not_parse_counts_as_the_owners(nobodys, tmp_path):
+    environ, here = nobodys
+    (here / "pyproject.toml").write_text("[tool.uv\nindex-url = \n")
+    assert indexcache.uv_setting(environ, tmp_path / "cache", here) == {}
