@@ -223,8 +223,9 @@ def _bridge_target(run: dict) -> str:
     else:  # a figure edited by hand: said, not guessed
         verdict = NOT_RECORDED
     cell, other = (f"`{compared[key]}`" if compared.get(key) else NOT_RECORDED for key in ("cell", "longest_other"))
-    return (f"Target, the Megatron-Bridge cell no longer than any other Megatron cell: {verdict} "
-            f"({cell} {_number(seconds, 's')}; the longest other, {other}, {_number(longest, 's')}).")
+    return (f"Target, the Megatron-Bridge cell no longer than any other Megatron cell: {verdict} in this run "
+            f"({cell} {_number(seconds, 's')}; the longest other, {other}, {_number(longest, 's')}). Every kept run's "
+            "pair is under \"Every cold matrix run kept\" below.")
 
 
 def matrix_runs_table(figures: dict | None = None) -> str:
@@ -244,5 +245,17 @@ def matrix_runs_table(figures: dict | None = None) -> str:
         rows.append([_number(run.get("wall_s"), "s"), f"{run.get('matrix') or NOT_RECORDED}: {cells} cells ({scope})",
                      bridge_cell, _number(run.get("cpu_busy_percent"), "%"), machine_line(run), stamp(run, "date"),
                      stamp(run, "harness_revision")])
-    return _table(["defaults run, cold", "matrix", "Megatron-Bridge cell / longest other Megatron cell", "CPU busy",
-                   "machine", "date", "revision"], rows)
+    table = _table(["defaults run, cold", "matrix", "Megatron-Bridge cell / longest other Megatron cell",
+                    "CPU busy", "machine", "date", "revision"], rows)
+    return f"{table}\n\n{_bridge_tally(runs)}"
+
+
+def _bridge_tally(runs: list[dict]) -> str:
+    """In how many kept runs the Megatron-Bridge cell took no longer than every other Megatron cell: one run where
+    it did says little when another cell was slow that run."""
+    verdicts = [_get(run.get("megatron_bridge_cell"), "met") for run in runs]
+    compared = [v for v in verdicts if isinstance(v, bool)]
+    if not compared:
+        return "No kept run compared the Megatron-Bridge cell with the other Megatron cells."
+    return (f"The Megatron-Bridge cell took no longer than every other Megatron cell in {sum(compared)} of the "
+            f"{len(compared)} kept runs that compared them.")

@@ -104,12 +104,13 @@ def test_the_megatron_cells_are_side_by_side_with_the_bridge_target_said_from_th
     assert bridge == ["`bridge-cell` (Megatron-Bridge 0.6.2)", "40.00 s", "16.00 s", "20.00 s", "not run", "reused",
                       "4.00 s"]
     assert core == ["`core-cell`", "30.00 s", "6.00 s", "4.00 s", "8.00 s", "2.00 s", "10.00 s"]
-    assert "not met, by 10.00 s (`bridge-cell` 40.00 s; the longest other, `core-cell`, 30.00 s)" in text
+    assert "not met, by 10.00 s in this run (`bridge-cell` 40.00 s; the longest other, `core-cell`, 30.00 s)" in text
     run["megatron_bridge_cell"] = {**pair, "longest_other_s": 45.0, "met": True}
-    assert "other Megatron cell: met (`bridge-cell` 40.00 s; the longest other, `core-cell`, 45.00 s)" in \
+    assert "other Megatron cell: met in this run (`bridge-cell` 40.00 s; the longest other, `core-cell`, 45.00 s)" in \
         figures.matrix_time_tables({"matrix": {"new_way": run}})
     run["megatron_bridge_cell"] = {"cell": "bridge-cell", "seconds": 40.0}  # edited by hand: no verdict guessed
-    said = "other Megatron cell: not recorded (`bridge-cell` 40.00 s; the longest other, not recorded, not measured)"
+    said = ("other Megatron cell: not recorded in this run (`bridge-cell` 40.00 s; the longest other, not recorded, "
+            "not measured)")
     assert said in figures.matrix_time_tables({"matrix": {"new_way": run}})
     run["megatron_bridge_cell"] = None  # no Megatron-Bridge cell beside another in the run
     assert "its speed target is not measured" in figures.matrix_time_tables({"matrix": {"new_way": run}})
@@ -124,3 +125,17 @@ def test_each_kept_matrix_run_shows_its_bridge_cell_against_the_longest_other_or
             or line.startswith("| 6")]
     assert "68.90 s / 31.80 s" in rows[0] and "520.00 s" in rows[0]  # newest first
     assert "not recorded" in rows[1].split("|")[3]
+
+
+def test_the_kept_runs_say_in_how_many_the_bridge_cell_was_no_longer_than_every_other_megatron_cell():
+    def pair(met):
+        return {"cell": "b", "seconds": 50.0, "longest_other": "o", "longest_other_s": 40.0, "met": met}
+
+    runs = [{"wall_s": 600.0}, {"wall_s": 520.0, "megatron_bridge_cell": pair(False)},
+            {"wall_s": 530.0, "megatron_bridge_cell": pair(True)},
+            {"wall_s": 540.0, "megatron_bridge_cell": pair(False)},
+            {"wall_s": 550.0, "megatron_bridge_cell": {"cell": "b", "met": "yes"}}]  # edited by hand: not counted
+    assert figures.matrix_runs_table({"matrix_runs": runs}).endswith(
+        "no longer than every other Megatron cell in 1 of the 3 kept runs that compared them.")
+    assert figures.matrix_runs_table({"matrix_runs": runs[:1]}).endswith(
+        "No kept run compared the Megatron-Bridge cell with the other Megatron cells.")
