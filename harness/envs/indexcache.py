@@ -93,8 +93,8 @@ def _cwd() -> Path | None:
 
 def uv_setting(environ: dict[str, str], folder: Path, here: Path | None = None) -> dict[str, str]:
     """{UV_CONFIG_FILE: a uv.toml in `folder` giving PyPI's cache policy}, or {} where the runner's owner
-    configures uv (a variable, or a configuration file uv would read from `here`, by default this folder: see the
-    module's doc), the harness's uv is older than MIN_UV, or the file cannot be written. `environ` is uv's
+    configures uv (a variable, or a configuration file uv would read from `here`, by default the working folder:
+    see the module's doc), the harness's uv is older than MIN_UV, or the file cannot be written. `environ` is uv's
     environment with the forwarded pip settings (an index-url of pip's is a variable for uv)."""
     if (not uv_understands() or any(environ.get(name) for name in OWNER_VARIABLES)
             or _owned_files(environ, here or _cwd())):
