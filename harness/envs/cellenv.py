@@ -118,7 +118,7 @@ def runner_install_facts() -> dict:
                    "host": socket.gethostname(),
                    "settings": {name: settings[name] for name in _INSTALL_SETTINGS if settings.get(name)}}
     constraints = {}
-    for name in runner_constraint_files():
+    for name in settings.get("UV_CONSTRAINT", "").split():  # runner_constraint_files, without asking pip's again
         try:
             constraints[name] = hashlib.sha256(Path(name).read_bytes()).hexdigest()
         except OSError:
