@@ -163,7 +163,7 @@ def install_environment(cell: Cell, opts: RunOptions) -> Installed:
     env, verdict, attempts = _install(cell, opts, python, setup_log, opts.out_dir / rel / "lock.txt")
     reading = None
     if env is not None and opts.prepare is None:  # its files into memory, the cell not waiting for them
-        reading = readahead.Background(cellenv.site_packages(env))
+        reading = readahead.Background(cellenv.site_packages(env), cell.axes["device"])
     return Installed(env, verdict, attempts, seconds=round(time.perf_counter() - start, 3), read_ahead=reading)
 
 

@@ -37,6 +37,38 @@ def test_every_library_source_and_bytecode_file_is_advised_and_nothing_else(site
     assert "read ahead 4 files of the environment" in done.line()
 
 
+CUDA_ONLY = ("nvidia/cu13/lib/libcublasLt.so.13", "nvidia/cudnn/lib/libcudnn.so.9", "nvidia/__init__.py",
+             "torch/lib/libtorch_cuda.so", "torch/lib/libtorch_cuda_linalg.so", "torch/lib/libc10_cuda.so")
+EVERY_DEVICE = ("torch/lib/libtorch_cpu.so", "torch/lib/libc10.so", "torch/cuda/__init__.py", "cuda/bindings/_lib.so",
+                "triton/_C/libtriton.so", "vllm/_C.abi3.so", "nvidia_thing/lib/x.so", "mypkg/nvidia/lib/y.so",
+                "torch/_inductor/libtorch_cuda_helper.py")
+
+
+@pytest.mark.parametrize("device", ["cpu", "npu", "cuda"])
+def test_cuda_s_own_libraries_are_read_ahead_only_for_a_cuda_cell(tmp_path, monkeypatch, device):
+    """NVIDIA's wheels (all under site-packages/nvidia) and torch's CUDA halves are mapped but never run on a CPU
+    or an NPU: left to the import there. torch's CUDA Python, cuda-bindings and triton are imported everywhere."""
+    for name in CUDA_ONLY + EVERY_DEVICE:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    advised = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, *args: advised.append(os.readlink(f"/proc/self/fd/{fd}")))
+    done = readahead.read_ahead([tmp_path], device=device)
+    names = sorted(os.path.relpath(path, tmp_path) for path in advised)
+    assert names == sorted(EVERY_DEVICE + (CUDA_ONLY if device == "cuda" else ()))
+    assert done.files == len(names)
+    assert [readahead.cuda_only(n) for n in CUDA_ONLY + EVERY_DEVICE] == [True] * 6 + [False] * 9
+
+
+def test_a_background_read_ahead_passes_the_cells_device_on(site, monkeypatch):
+    advised = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, *args: advised.append(os.readlink(f"/proc/self/fd/{fd}")))
+    reading = readahead.Background([site], "cpu")
+    reading.wait()
+    assert reading.stop().files == 3 and not any("nvidia" in path for path in advised)
+
+
 def test_what_cannot_be_opened_or_advised_is_skipped(site, monkeypatch):
     (site / "torch" / "lib" / "gone.so").symlink_to(site / "nowhere.so")  # cannot be opened
     refused = []

@@ -239,7 +239,8 @@ def test_a_run_installs_the_next_cells_environment_ahead_and_seeds_its_bytecode_
     monkeypatch.setattr(cell_module.cellenv, "site_packages", lambda env: [env.path / "site-packages"])
 
     class Reading:  # the background read-ahead: where it starts, who waits for it, and that the cell's end stops it
-        def __init__(self, folders):
+        def __init__(self, folders, device):
+            assert device == "cpu"  # the cell's own device: CUDA's libraries are left out on it
             self.cell = [Path(f).parent.name for f in folders][0]
             note("read ahead", self.cell, threading.current_thread().name)
 
@@ -297,7 +298,7 @@ def test_a_cell_that_installs_on_its_own_clock_reads_ahead_beside_its_checks_unt
         return cellenv.CellEnv(env_root / cell_id)
 
     class Reading:
-        def __init__(self, folders):
+        def __init__(self, folders, device):
             events.append(("read ahead", threading.current_thread().name))
 
         def stop(self):
