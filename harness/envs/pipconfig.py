@@ -107,10 +107,26 @@ def pip_config() -> dict[str, str]:
     values = _parse(out)
     if files:
         try:
-            write_json_atomic(_cache_file(), {"key": _key(files), "files": files, "values": values})
+            write_json_atomic(_cache_file(), {"key": _key(files), "files": files, "values": values,
+                                              "interpreter": sys.executable})
         except OSError:  # a cache that cannot be written costs time, never the answer
             pass
+        _forget_gone_interpreters()
     return values
+
+
+def _forget_gone_interpreters() -> None:
+    """Remove the answers kept for interpreters that no longer exist. There is one per interpreter, and every
+    fresh clone's nox sessions and every bench's environments are new interpreters: without this the folder only
+    grows. Run only when pip was asked (a new answer was kept), so a warm run reads nothing more. An answer that
+    names no interpreter (kept before the name was) is removed too: it costs one question to pip."""
+    for path in cache_folder().glob(f"{CACHE_NAME}-*.json"):
+        try:
+            interpreter = json.loads(path.read_text(encoding="utf-8")).get("interpreter")
+            if not (isinstance(interpreter, str) and os.path.exists(interpreter)):
+                path.unlink()
+        except (OSError, ValueError, AttributeError):  # another process's file, half-gone or not ours: left
+            pass
 
 
 def _parse(out: str) -> dict[str, str]:

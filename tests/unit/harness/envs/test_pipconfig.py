@@ -106,3 +106,25 @@ def test_the_machines_real_pip_says_which_files_it_reads_and_is_then_not_asked_a
         assert pipconfig.pip_config() == first
     finally:
         pipconfig.pip_config.cache_clear()
+
+
+def test_asking_pip_forgets_the_answers_kept_for_interpreters_that_are_gone(fake_pip):
+    """One answer is kept per interpreter; every fresh clone's sessions are new interpreters. When pip is asked,
+    the answers of interpreters that no longer exist (and of the older files that named none) are removed."""
+    folder = pipconfig.cache_folder()
+    folder.mkdir(parents=True)
+    alive = fake_pip.tmp / "bin" / "python-alive"
+    alive.parent.mkdir(exist_ok=True)
+    alive.write_text("")
+    files = {"gone": {"interpreter": str(fake_pip.tmp / "deleted-clone" / "bin" / "python")},
+             "alive": {"interpreter": str(alive)}, "unnamed": {"key": "k"}}
+    for name, data in files.items():
+        (folder / f"{pipconfig.CACHE_NAME}-{name}.json").write_text(json.dumps(data))
+    (folder / f"{pipconfig.CACHE_NAME}-broken.json").write_text("{")  # not readable as ours: left alone
+    (folder / "bookworm-py311-1.tar").write_text("")  # the folder's other caches are not touched
+    pipconfig.pip_config()
+    left = sorted(p.name for p in folder.iterdir())
+    own = pipconfig._cache_file().name
+    assert left == sorted(["bookworm-py311-1.tar", f"{pipconfig.CACHE_NAME}-alive.json",
+                           f"{pipconfig.CACHE_NAME}-broken.json", own])
+    assert json.loads(pipconfig._cache_file().read_text())["interpreter"] == sys.executable
