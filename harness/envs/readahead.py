@@ -29,8 +29,9 @@ but runs none of their code on a CPU: measured in the vLLM 0.32 environment (tor
 guest's page cache emptied, importing torch, transformers, the Qwen3.5 modelling and vLLM brought 659 MiB of nvidia's
 2,696 MiB into memory and 89 of libtorch_cuda's 448, and left 29 of nvidia's 45 libraries untouched (cuDNN's engines,
 cusolverMg, nvrtc's alternative). What the loader does read of them the import pages in itself. Read ahead whole,
-they were 3.1 of the 5.3 GiB the read-ahead asked of a cold disk (0.7 GiB of them touched), queued ahead of the
-import's own reads.
+they were 3.1 of the 5.3 GiB the read-ahead asked for (0.7 GiB of them touched), and on a cold disk those reads
+queue ahead of the import's own. The saving on a cold run was not measured apart: a cold disk could not be made on
+demand (emptying this machine's page cache leaves the host's).
 """
 from __future__ import annotations
 
