@@ -206,7 +206,7 @@ def tests_vllm(session: nox.Session) -> None:
     cell = matrix.load(MATRICES["cpu"]).select(tags=["vllm-dev"])[0]
     # its from_index pins as the index's release, in the override file, as harness/envs/cellenv.py installs them
     overrides = cellenv.uv_override_args(cell.install.overrides(), Path(session.create_tmp()) / "overrides.txt")
-    session.install(*overrides, *cell.requirements, *cell.install.from_index, "pytest")
+    session.install(*overrides, *cellenv.with_index_pins(cell.requirements, cell.install.from_index), "pytest")
     if cell.install.remove:
         session.run(cellenv.uv_binary(), "pip", "uninstall", *cell.install.remove, external=True)
     _install_harness(session)

@@ -148,6 +148,12 @@ def index_releases(pins) -> list[str]:
     return [f"{req.name}==={next(iter(req.specifier)).version}" for req in map(Requirement, pins)]
 
 
+def with_index_pins(requirements: list[str], from_index) -> list[str]:
+    """What one install names: the requirements, then the recipe's from_index pins not among them (installed in
+    the same resolution, as the index's release through `index_releases`)."""
+    return list(requirements) + [pin for pin in from_index if pin not in requirements]
+
+
 def uv_override_args(lines, path: Path) -> list[str]:
     """uv's `--override FILE` for an install recipe's override lines (its `exclude`), FILE written at `path`;
     no arguments and no file where there are none."""
@@ -192,7 +198,7 @@ def build(cell_id: str, requirements: list[str], env_root: Path, log_path: Path,
             # written after `uv venv --clear`, inside the environment it describes
             lines = list(overrides) + [line for line in index_releases(from_index) if line not in overrides]
             override_args = uv_override_args(lines, env.path / OVERRIDES)
-            pins = wanted["requirements"] + [pin for pin in from_index if pin not in wanted["requirements"]]
+            pins = with_index_pins(wanted["requirements"], from_index)
             if fresh or "recipe" not in wanted:  # a recipe's result would not pass a second audit of the pins
                 _run_logged([uv, "pip", "install", "--python", str(env.python), *override_args, *pins], log, uv_env)
             if fresh and from_source:

@@ -114,7 +114,7 @@ class InstallRecipe:
         what a user copies to install the row by hand. Every word was validated when the matrix was loaded
         (exact pins, distribution names, plain build variables)."""
         steps = [f"uv venv --python {python}"] if python else []
-        pins = requirements + [p for p in self.from_index if p not in requirements]
+        pins = cellenv.with_index_pins(requirements, self.from_index)
         if self.exclude or self.outside or self.from_index:
             said = [f"{', '.join(f'{name}; {NEVER}' for name in self.exclude)}: left out of the resolution"] \
                 if self.exclude else []
