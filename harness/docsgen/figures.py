@@ -20,6 +20,7 @@ FIGURES = [
         ("defaults: `--jobs auto`, forked checks, reuse", "new_way.wall_s", "s"),
         ("serial over defaults", "old_to_new_ratio", "x"),
         ("a warm rerun (every cell kept)", "warm_rerun.wall_s", "s"),
+        ("a second `nox` (nox and the session's set-up included)", "second_nox.wall_s", "s"),
         ("cells whose environment this machine could not install (no check ran)", "new_way.cells_not_installed",
          ""),
         ("of which another runner would install and run (this runner's limits, such as no network to a git source)",

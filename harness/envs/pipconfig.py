@@ -61,7 +61,9 @@ def _key(files: list[str]) -> str:
     except OSError:  # the folder was removed under this process
         here = None
     parts = {"pips": [[*pip, state(pip[0])] for pip in _pips()], "cwd": here,
-             "site": state(sysconfig.get_paths()["purelib"]),  # pip installed into this interpreter, or removed
+             # pip installed into this interpreter, upgraded or removed; not the whole site folder, whose time
+             # changes with any install (nox's editable install of the harness before every run)
+             "site_pip": state(os.path.join(sysconfig.get_paths()["purelib"], "pip")),
              "environ": {k: v for k, v in sorted(os.environ.items()) if k.startswith("PIP_") or k in _ASKED_WITH},
              "files": {path: state(path) for path in files}}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

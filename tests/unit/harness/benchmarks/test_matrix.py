@@ -49,6 +49,7 @@ def test_defaults_only_leaves_out_the_serial_run_and_says_nothing_of_a_ratio(tmp
 
     monkeypatch.setattr(matrix_bench, "timed_run", timed_run)
     monkeypatch.setattr(matrix_bench, "warm_uv_cache", lambda cells, scratch: 0.0)
+    monkeypatch.setattr(matrix_bench, "second_nox", lambda *args: {"measured": False, "why": "not here"})
     monkeypatch.setattr(matrix_bench, "verdicts", lambda first, second: "identical")
     chosen = matrix_bench.Slice(ROOT / "matrices" / "cpu.toml", tags=("smoke",), serial=False)
     figures = matrix_bench.bench(chosen, tmp_path)
@@ -78,8 +79,50 @@ def test_the_cold_runs_launch_plans_verdicts_are_kept_for_the_docs(tmp_path, mon
 
     monkeypatch.setattr(matrix_bench, "timed_run", timed_run)
     monkeypatch.setattr(matrix_bench, "warm_uv_cache", lambda cells, scratch: 0.0)
+    monkeypatch.setattr(matrix_bench, "second_nox", lambda *args: {"measured": False, "why": "not here"})
     monkeypatch.setattr(matrix_bench, "verdicts", lambda first, second: "identical")
     chosen = matrix_bench.Slice(ROOT / "matrices" / "cpu.toml", tags=("smoke",), serial=False)
     figures = matrix_bench.bench(chosen, tmp_path)
     assert figures["launch_plans"]["0.16.1"]["cell"] == "m"
     assert figures["launch_plans"]["0.16.1"]["verdicts"]["a-plan"]["memory_gib"] == 1.5
+
+
+def _fake_nox(tmp_path, monkeypatch, status=0):
+    """A `nox` on PATH that records each call's arguments."""
+    calls = tmp_path / "calls"
+    nox = tmp_path / "bin" / "nox"
+    nox.parent.mkdir()
+    nox.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit {status}\n")
+    nox.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{nox.parent}:/usr/bin:/bin")
+    return calls
+
+
+def test_a_second_nox_runs_the_default_session_on_the_defaults_results_and_times_the_second_call(
+        tmp_path, monkeypatch):
+    """What a user types the second time, nox's start and the session's set-up included, on the results and the
+    environments of the defaults' run: once untimed (the session's environment made), then timed."""
+    calls = _fake_nox(tmp_path, monkeypatch)
+    whole = matrix_bench.Slice(ROOT / "matrices" / "cpu.toml", serial=False)
+    figures = matrix_bench.second_nox(whole, ["a", "b"], tmp_path / "new", tmp_path / "envs", tmp_path)
+    assert figures["measured"] and figures["exit_status"] == 0 and figures["wall_s"] >= 0
+    lines = calls.read_text().splitlines()
+    assert len(lines) == 2 and lines[0] == lines[1]
+    assert lines[0].split() == ["-f", str(ROOT / "noxfile.py"), "-s", "cpu-fsdp-qwen35", "--", "--out",
+                                str(tmp_path / "new"), "--env-root", str(tmp_path / "envs")]
+    some = matrix_bench.Slice(ROOT / "matrices" / "cpu.toml", tags=("smoke",), checks=("stack-smoke",))
+    matrix_bench.second_nox(some, ["a", "b"], tmp_path / "new", tmp_path / "envs", tmp_path)
+    assert calls.read_text().splitlines()[-1].split()[4:7] == ["--", "--cells", "a"]
+    assert calls.read_text().splitlines()[-1].split()[-2:] == ["--checks", "stack-smoke"]
+
+
+def test_a_second_nox_that_fails_keeps_its_log_and_another_matrix_is_not_measured(tmp_path, monkeypatch):
+    _fake_nox(tmp_path, monkeypatch, status=3)
+    whole = matrix_bench.Slice(ROOT / "matrices" / "cpu.toml", serial=False)
+    figures = matrix_bench.second_nox(whole, [], tmp_path / "new", tmp_path / "envs", tmp_path)
+    assert figures["exit_status"] == 3 and "log_tail" in figures
+    other = matrix_bench.second_nox(matrix_bench.Slice(tmp_path / "tiny.toml"), [], tmp_path, tmp_path, tmp_path)
+    assert other == {"measured": False, "why": "`nox` runs cpu.toml, not tiny.toml"}
+    table = matrix_bench.describe({"matrix": "m", "cells": [], "machine": {"cores": 2, "cpu": "c", "memory_gib": 1},
+                                   "harness_lacks": [], "verdicts": {}, "second_nox": other})
+    assert "a second `nox`: not measured (`nox` runs cpu.toml, not tiny.toml)" in table

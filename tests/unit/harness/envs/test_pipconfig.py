@@ -128,3 +128,22 @@ def test_asking_pip_forgets_the_answers_kept_for_interpreters_that_are_gone(fake
     assert left == sorted(["bookworm-py311-1.tar", f"{pipconfig.CACHE_NAME}-alive.json",
                            f"{pipconfig.CACHE_NAME}-broken.json", own])
     assert json.loads(pipconfig._cache_file().read_text())["interpreter"] == sys.executable
+
+
+def test_another_package_installed_beside_keeps_the_answer_and_pip_installed_asks_again(fake_pip, monkeypatch):
+    """nox installs the harness (editable) into its session before every run, which changes the site folder: that
+    must not ask pip again. pip itself appearing in this interpreter must, as `python -m pip` is asked first."""
+    site = fake_pip.tmp / "site"
+    site.mkdir()
+    monkeypatch.setattr(pipconfig.sysconfig, "get_paths", lambda: {"purelib": str(site)})
+    pipconfig.pip_config()
+    (site / "__editable__.other-0.1.pth").write_text("")  # another install: the folder's times change
+    pipconfig.pip_config.cache_clear()
+    fake_pip.asked.clear()
+    pipconfig.pip_config()
+    assert fake_pip.asked == []
+
+    (site / "pip").mkdir()  # pip installed here
+    pipconfig.pip_config.cache_clear()
+    pipconfig.pip_config()
+    assert (sys.executable, "list") in fake_pip.asked
